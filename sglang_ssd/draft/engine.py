@@ -1,0 +1,414 @@
+"""The draft engine: requests, the per-round SSD loop (ALGORITHM.md §2), backups, pre-speculation.
+
+A round for a batch of outcomes v = (k, t*):
+1. lookup first: the speculation cache (the finished tree) holds a branch for (k, t*) ⇒ **hit**;
+   a tree still being decoded that already forked on (k, t*) ⇒ **partial hit** (its first steps are
+   done; the rest is decoded for that branch alone, or the done steps are sent as they are when the
+   round uses the fast backup); otherwise **miss** ⇒ backup (neural: K tokens drafted now, batched over
+   the round's misses; fast: context-lookup tokens, point mass);
+2. commit the accepted tokens (their KV is the glue's, already exact) and make the reply the request's
+   new speculation;
+3. async mode: the request is queued for pre-speculation — glue, forks, K branch steps — which
+   :meth:`work_step` advances one batched forward at a time so the server can answer between steps.
+
+No sockets here (see ``draft/server.py``); everything is driven by method calls, which is how the
+exactness tests use it.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+
+from ..wire.messages import DraftParams, OutcomeMsg
+from ..wire.speculation import Speculation
+from .kv_pool import PoolExhausted
+from .model import DraftModel, Span
+from .planning import BackupChooser, FanoutPlanner
+from .request import RequestState, Stage
+from .sampler import RowParams, proposal, sample
+from .stats import EngineStats, Timer
+from .tree import (
+    advance_tree,
+    glue_span,
+    num_top,
+    q_to_full,
+    select_forks,
+    stack_steps,
+    tree_capacity,
+    tree_span,
+)
+
+
+@dataclass
+class EngineConfig:
+    """``k``: draft tokens per round. ``fanout``: geometric | uniform | fixed (``fanout_list``).
+    ``budget``: Σ F_k. ``saguaro_c``: C of σ_{F,C}. ``backup``: auto | neural | fast. ``mode``: async | sync.
+    ``q_support``: S > 0 truncates the draft's sampling to its top-S tokens (q′ sparse, exact);
+    0 keeps q′ dense unless the request itself truncates (greedy, top-k ≤ ``sparse_top_k``)."""
+
+    k: int = 7
+    fanout: str = "geometric"
+    fanout_list: list[int] | None = None
+    budget: int = 24
+    saguaro_c: float = 1.0
+    backup: str = "auto"
+    mode: str = "async"
+    q_support: int = 0
+    sparse_top_k: int = 1024
+    max_requests: int = 1024
+    idle_timeout_s: float = 600.0
+    prefill_chunk: int = 512
+    max_step_tokens: int = 4096
+
+    def validate(self) -> None:
+        if not 1 <= self.k <= 64:
+            raise ValueError(f"k must be in [1, 64], got {self.k}")
+        if self.budget < 0:
+            raise ValueError(f"budget must be ≥ 0, got {self.budget}")
+        if not 0.0 <= self.saguaro_c <= 1.0:
+            raise ValueError(f"saguaro_c must be in [0, 1], got {self.saguaro_c}")
+        if self.mode not in ("async", "sync"):
+            raise ValueError(f"mode must be async or sync, got {self.mode!r}")
+
+
+class RequestError(ValueError):
+    """A per-request problem (unknown id, out of sync, bad outcome); reported in that request's reply."""
+
+
+class DraftEngine:
+    def __init__(self, model: DraftModel, cfg: EngineConfig) -> None:
+        cfg.validate()
+        self.model, self.cfg, self.k = model, cfg, cfg.k
+        kind = "fixed" if cfg.fanout_list is not None else cfg.fanout
+        budget = sum(cfg.fanout_list) if cfg.fanout_list is not None else cfg.budget
+        self.budget = budget
+        self.planner = FanoutPlanner(kind, cfg.k, budget, cfg.fanout_list)
+        self.backup = BackupChooser("neural" if cfg.mode == "sync" else cfg.backup, cfg.k)
+        self.requests: dict[str, RequestState] = {}
+        self._rng = random.Random()
+        self._next_slot = 0
+        self._free_slots: list[int] = []
+        self._rr = 0  # round-robin start for capped work steps
+        self.stats = EngineStats()
+
+    # ---- request lifetime ---------------------------------------------------------------------------
+    def _row_params(self, p: DraftParams) -> RowParams:
+        temp = p.temperature if p.draft_temperature is None else p.draft_temperature
+        greedy = temp <= 1e-6 or p.top_k == 1
+        support = None
+        if greedy:
+            support = 1
+        elif self.cfg.q_support > 0:
+            support = self.cfg.q_support if p.top_k <= 0 else min(self.cfg.q_support, p.top_k)
+        elif 0 < p.top_k <= self.cfg.sparse_top_k:
+            support = p.top_k
+        return RowParams(temp, p.top_k, p.top_p, p.min_p, self.cfg.saguaro_c, support)
+
+    def _check_tokens(self, tokens: list[int], name: str) -> None:
+        v = self.model.vocab_size
+        if any(t >= v for t in tokens):
+            raise RequestError(f"{name} has token ids ≥ the vocabulary size {v}")
+
+    def open(self, rid: str, prompt: list[int], first_token: int, params: DraftParams, owner: str = "") -> Speculation:
+        """Prefill ``prompt`` and return the first speculation (a forced miss: backup-drafted)."""
+        self._check_tokens(prompt, "prompt_tokens")
+        self._check_tokens([first_token], "first_token")
+        if rid in self.requests:
+            self.close([rid])
+        if len(self.requests) >= self.cfg.max_requests:
+            raise RequestError(f"server is full ({self.cfg.max_requests} requests)")
+        try:
+            extent = self.model.pool.alloc(tree_capacity_for(len(prompt), self.k, self.budget))
+        except PoolExhausted as e:
+            raise RequestError(str(e)) from None
+        slot = self._free_slots.pop() if self._free_slots else self._next_slot
+        self._next_slot = max(self._next_slot, slot + 1)
+        seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
+        req = RequestState(rid, owner, slot, self._row_params(params), seed, list(prompt) + [first_token], extent)
+        self.requests[rid] = req
+        with Timer(self.stats, "prefill"):
+            self._prefill(req, prompt)
+        req.lookup.update(req.tokens)
+        kind = self.backup.choose(1)
+        tokens, q = self._backups([req], kind)[0]
+        self.stats.count("forced_miss")
+        return self._finish(req, tokens, q, hit=False)
+
+    def _prefill(self, req: RequestState, prompt: list[int]) -> None:
+        chunk = self.cfg.prefill_chunk
+        for a in range(0, len(prompt), chunk):
+            pos = torch.arange(a, min(a + chunk, len(prompt)))
+            span = Span(req.extent[0], torch.tensor(prompt[a : a + chunk]), pos, pos, int(pos[-1]) + 1,
+                        out_rows=torch.empty(0, dtype=torch.int64))  # fmt: skip
+            self.model.forward([span])
+        req.kv_len = len(prompt)
+
+    def close(self, rids: list[str]) -> int:
+        closed = 0
+        for rid in rids:
+            req = self.requests.pop(rid, None)
+            if req is None:
+                continue
+            self.model.pool.release(*req.extent)
+            self._free_slots.append(req.slot)
+            closed += 1
+        self.stats.count("closed", closed)
+        return closed
+
+    def close_owner(self, owner: str) -> int:
+        return self.close([r.rid for r in self.requests.values() if r.owner == owner])
+
+    def expire_idle(self, now: float) -> int:
+        old = [r.rid for r in self.requests.values() if now - r.last_active > self.cfg.idle_timeout_s]
+        self.stats.count("expired", len(old))
+        return self.close(old)
+
+    # ---- rounds ---------------------------------------------------------------------------------------
+    def _get(self, rid: str) -> RequestState:
+        req = self.requests.get(rid)
+        if req is None:
+            raise RequestError(f"unknown request id {rid!r} (never opened, closed, or expired)")
+        return req
+
+    def round(self, outcomes: list[OutcomeMsg]) -> list[Speculation]:
+        """Answer round T's outcomes with round T+1's speculations (same order)."""
+        results: list[Speculation | None] = [None] * len(outcomes)
+        valid: list[tuple[int, RequestState, OutcomeMsg]] = []
+        seen: set[str] = set()
+        for i, o in enumerate(outcomes):
+            try:
+                if o.rid in seen:
+                    raise RequestError(f"request {o.rid!r} appears twice in one round")
+                seen.add(o.rid)
+                req = self._get(o.rid)
+                if o.spec_id is not None and o.spec_id != req.spec_id:
+                    raise RequestError(
+                        f"request {o.rid!r} is out of sync (outcome for speculation {o.spec_id}, "
+                        f"pending is {req.spec_id}); re-open it"
+                    )
+                if o.accepted > len(req.spec):
+                    raise RequestError(f"accepted={o.accepted} exceeds the {len(req.spec)} drafted tokens")
+                self._check_tokens([o.bonus], "bonus")
+            except RequestError as e:
+                results[i] = Speculation(o.rid, False, torch.empty(0, dtype=torch.int64), None, str(e))
+                self.stats.count("request_errors")
+                continue
+            req.touch()
+            valid.append((i, req, o))
+        kind = self.backup.choose(len(valid))
+        full, partial, missed = [], [], []
+        for i, req, o in valid:
+            t = req.tree
+            b = t.find(o.accepted, o.bonus) if t is not None and req.stage in (Stage.TREE, Stage.READY) else None
+            self._observe(req, o, b is not None)
+            if b is None:
+                missed.append((i, req, o))
+            elif req.stage is Stage.READY:
+                full.append((i, req, o, b))
+            else:
+                partial.append((i, req, o, b))
+        for i, req, o, b in full:
+            tokens, q = self._branch(req, b, self.k)
+            self._commit(req, o)
+            results[i] = self._finish(req, tokens, q, hit=True)
+        self.stats.count("hits", len(full))
+        if partial:
+            self._serve_partial(partial, kind, results)
+        for _, req, o in missed:
+            self._commit(req, o)
+        drafts = self._backups([req for _, req, _ in missed], kind)
+        for (i, req, _), (tokens, q) in zip(missed, drafts):
+            results[i] = self._finish(req, tokens, q, hit=False)
+        self.stats.count("misses", len(missed))
+        return results
+
+    def draft(self, rids: list[str]) -> list[Speculation]:
+        """Synchronous drafting: K tokens now from each request's committed context."""
+        results: list[Speculation | None] = [None] * len(rids)
+        reqs = []
+        for i, rid in enumerate(rids):
+            req = self.requests.get(rid)
+            if req is None or rid in {r.rid for _, r in reqs}:
+                err = f"unknown request id {rid!r}" if req is None else f"request {rid!r} appears twice"
+                results[i] = Speculation(rid, False, torch.empty(0, dtype=torch.int64), None, err)
+                continue
+            req.touch()
+            reqs.append((i, req))
+        drafts = self._backups([r for _, r in reqs], "neural")
+        for (i, req), (tokens, q) in zip(reqs, drafts):
+            results[i] = self._finish(req, tokens, q, hit=False)
+        self.stats.count("sync_drafts", len(reqs))
+        return results
+
+    def _observe(self, req: RequestState, o: OutcomeMsg, hit: bool) -> None:
+        plan = req.plan
+        fan = None
+        if plan and req.stage in (Stage.TREE, Stage.READY):
+            fan = plan[o.accepted] if o.accepted < len(req.spec) else plan[-1]
+        self.planner.observe(o.accepted, len(req.spec), fan, hit if fan is not None else None)
+        self.stats.count("accepted_tokens", o.accepted)
+        self.stats.count("drafted_tokens", len(req.spec))
+        req.after_miss = not hit
+
+    def _commit(self, req: RequestState, o: OutcomeMsg) -> None:
+        glued = req.stage in (Stage.TREE, Stage.READY)
+        req.tokens += req.spec[: o.accepted] + [o.bonus]
+        if glued:
+            # Glue rows up to r0 + k (last token, s_1..s_k) hold exactly the committed context's KV.
+            req.kv_len = len(req.tokens) - 1
+        req.lookup.update(req.tokens)
+
+    def _finish(self, req: RequestState, tokens: torch.Tensor, q, *, hit: bool) -> Speculation:
+        """Make ``tokens`` the pending speculation and queue its pre-speculation."""
+        req.spec = tokens.tolist()
+        req.spec_id += 1
+        req.tree = None
+        req.stage = Stage.GLUE if self.cfg.mode == "async" else Stage.IDLE
+        return Speculation(req.rid, hit, tokens, q, None, req.spec_id)
+
+    def _branch(self, req: RequestState, b: int, steps: int):
+        t = req.tree
+        tokens = t.tokens[b, :steps].clone()
+        if steps == 0:
+            return tokens, None
+        q = stack_steps([qs[b : b + 1] for qs in t.q[:steps]])
+        q = q_to_full(q[0], self.model)
+        return tokens, q
+
+    def _serve_partial(self, partial, kind: str, results) -> None:
+        """Hits on a tree still in progress: finish the one branch, or send the done steps (fast)."""
+        finishing = []
+        for i, req, o, b in partial:
+            done = req.tree.steps_done
+            if kind == "fast" and done > 0:
+                tokens, q = self._branch(req, b, done)
+                self._commit(req, o)
+                results[i] = self._finish(req, tokens, q, hit=True)
+            elif kind == "fast":
+                self._commit(req, o)
+                tokens, q = self._backups([req], "fast")[0]
+                results[i] = self._finish(req, tokens, q, hit=False)
+                self.stats.count("misses")
+                continue
+            else:
+                req.tree = req.tree.only(b)
+                finishing.append((i, req, o))
+            self.stats.count("partial_hits")
+            self.stats.count("hits")
+        with Timer(self.stats, "partial_finish"):
+            while True:
+                todo = [req for _, req, _ in finishing if req.tree.steps_done < self.k]
+                if not todo:
+                    break
+                logits = self.model.forward([tree_span(r) for r in todo])
+                for r, lg in zip(todo, logits):
+                    advance_tree(r, lg, self.model, self.cfg.saguaro_c)
+        for i, req, o in finishing:
+            tokens, q = self._branch(req, 0, self.k)
+            self._commit(req, o)
+            results[i] = self._finish(req, tokens, q, hit=True)
+
+    # ---- backups --------------------------------------------------------------------------------------
+    def _backups(self, reqs: list[RequestState], kind: str) -> list[tuple[torch.Tensor, object]]:
+        if not reqs:
+            return []
+        if kind == "fast":
+            self.stats.count("backup_fast", len(reqs))
+            out = []
+            for r in reqs:
+                toks = r.lookup.propose(r.tokens, self.k)
+                out.append((torch.tensor(toks, dtype=torch.int64), None))
+            return out
+        self.stats.count("backup_neural", len(reqs))
+        with Timer(self.stats, "backup_neural"):
+            return self._neural(reqs)
+
+    def _neural(self, reqs: list[RequestState]) -> list[tuple[torch.Tensor, object]]:
+        """Draft K tokens for each request from its committed context, all requests batched per step."""
+        k = self.k
+        plan = self.planner.plan()
+        for r in reqs:
+            self._ensure(r, len(r.tokens) + k + 1)
+        toks = [[] for _ in reqs]
+        qs = [[] for _ in reqs]
+        for j in range(k):
+            spans = []
+            for r, tk in zip(reqs, toks):
+                if j == 0:
+                    chain = r.tokens[r.kv_len :]
+                    pos = torch.arange(r.kv_len, len(r.tokens))
+                    spans.append(Span(r.extent[0], torch.tensor(chain), pos, pos, len(r.tokens),
+                                      out_rows=torch.tensor([len(chain) - 1])))  # fmt: skip
+                else:
+                    p = len(r.tokens) - 1 + j
+                    pos = torch.tensor([p])
+                    spans.append(Span(r.extent[0], torch.tensor([tk[-1]]), pos, pos, p + 1))
+            logits = self.model.forward(spans)
+            for r, lg, tk, ql in zip(reqs, logits, toks, qs):
+                q = proposal(lg, r.params, num_top(plan, j, self.cfg.saguaro_c))
+                head = sample(q, r.seed, torch.tensor([len(r.tokens) + j]))
+                tk.append(int(self.model.to_full_ids(head)[0]))
+                ql.append(q)
+        out = []
+        for r, tk, ql in zip(reqs, toks, qs):
+            # The last committed token is re-fed by the next glue, which also needs its logits.
+            r.kv_len = len(r.tokens) - 1
+            out.append((torch.tensor(tk, dtype=torch.int64), q_to_full(stack_steps(ql)[0], self.model)))
+        return out
+
+    def _ensure(self, req: RequestState, need: int) -> None:
+        start, length = req.extent
+        if need > length:
+            req.extent = self.model.pool.grow(start, length, need, keep=req.kv_len)
+
+    # ---- pre-speculation ------------------------------------------------------------------------------
+    def has_work(self) -> bool:
+        return any(r.stage in (Stage.GLUE, Stage.TREE) for r in self.requests.values())
+
+    def work_step(self) -> None:
+        """One batched forward of pending pre-speculation (glue chains and branch steps of all requests)."""
+        active = [r for r in self.requests.values() if r.stage in (Stage.GLUE, Stage.TREE)]
+        if not active:
+            return
+        # Rotate the start so a token cap never starves the same requests.
+        self._rr = (self._rr + 1) % len(active)
+        active = active[self._rr :] + active[: self._rr]
+        batch, spans, n_tok = [], [], 0
+        for r in active:
+            if r.stage is Stage.GLUE:
+                try:
+                    self._ensure(r, tree_capacity(r, self.k, self.budget))
+                except PoolExhausted:
+                    r.stage = Stage.IDLE  # no pre-speculation: its next round is a miss
+                    self.stats.count("pool_pressure")
+                    continue
+                span = glue_span(r)
+            else:
+                span = tree_span(r)
+            if batch and n_tok + span.n > self.cfg.max_step_tokens:
+                break
+            batch.append(r)
+            spans.append(span)
+            n_tok += span.n
+        if not batch:
+            return
+        with Timer(self.stats, "tree_step"):
+            logits = self.model.forward(spans)
+            for r, lg in zip(batch, logits):
+                if r.stage is Stage.GLUE:
+                    r.plan = self.planner.plan(after_miss=r.after_miss)
+                    r.tree = select_forks(r, lg, r.plan, self.model, self.k)
+                    r.stage = Stage.TREE if r.tree.num_branches else Stage.READY
+                else:
+                    advance_tree(r, lg, self.model, self.cfg.saguaro_c)
+                    if r.tree.steps_done == self.k:
+                        r.stage = Stage.READY
+        self.stats.count("step_tokens", n_tok)
+
+
+def tree_capacity_for(prompt_len: int, k: int, budget: int) -> int:
+    """Initial extent for a new request: prompt + one round's glue and tree, with room to grow."""
+    return prompt_len + 2 * (k + 1) + k * budget + 64

@@ -1,0 +1,125 @@
+"""The draft's proposal q′ and its reproducible sampling.
+
+q′ for a row = Saguaro σ_{F+1,C} applied to the request's processed distribution (draft temperature,
+top-k / top-p / min-p as the target samples), optionally truncated to a top-S support (then carried as
+:class:`SparseProbs`, exact). Work happens in the head vocabulary (V_sub rows of a reduced head).
+
+Randomness is counter-based: the uniform for the token at absolute position ``pos`` of a request with
+seed ``seed`` is a fixed hash of (seed, pos). A drafted token is therefore a deterministic function of
+(seed, position, context), so a branch decoded inside the tree equals plain autoregressive decoding of
+that branch's true context, and a neural backup on the same context yields the same tokens. Reusing a
+uniform at a position whose earlier draw was discarded is harmless: a round's outcome depends only on
+the draws at or before its first rejection, and those positions are never drafted again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..algo.probs import SparseProbs, sample_proposal
+from ..algo.saguaro import saguaro_probs
+from ..algo.sampling_params import GREEDY_EPS, filter_probs
+
+_M32 = 0xFFFFFFFF
+#: Separates the draft's stream from any other use of the same seed (e.g. the verifier's coins).
+_DOMAIN = 0x5D2AF17B
+
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """(x · c) mod 2³² for x in [0, 2³²) without int64 overflow (16-bit halves)."""
+    lo = (x & 0xFFFF) * c
+    hi = ((x >> 16) * c) & 0xFFFF
+    return (lo + (hi << 16)) & _M32
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit avalanche hash (xorshift-multiply rounds) on int64 tensors holding values < 2³²."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def counter_uniforms(seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """float32 uniforms in [0, 1) (24-bit grid), a pure function of (seed, position) per element.
+
+    ``seeds``: int64 ≥ 0 (63-bit); ``positions``: int64 ≥ 0; broadcastable shapes.
+    """
+    seeds = seeds.long()
+    positions = positions.long()
+    h = _mix32((seeds >> 32) ^ _DOMAIN)
+    h = _mix32((seeds & _M32) ^ h)
+    h = _mix32(h ^ _mix32((positions & _M32) ^ 0x68E31DA4))
+    h = _mix32(h ^ (positions >> 32))
+    return (h >> 8).float() * (1.0 / (1 << 24))
+
+
+@dataclass(frozen=True)
+class RowParams:
+    """How one request's draft samples. ``support`` None ⇒ dense q′; S ⇒ q′ truncated to top-S."""
+
+    temperature: float
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    c: float = 1.0
+    support: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= GREEDY_EPS or self.top_k == 1
+
+    @property
+    def filters(self) -> bool:
+        return self.top_k > 0 or self.top_p < 1.0 or self.min_p > 0.0
+
+
+def proposal(logits: torch.Tensor, params: RowParams, num_top: int) -> torch.Tensor | SparseProbs:
+    """q′ for rows of one request: ``logits`` float ``[N, V_head]`` ⇒ dense ``[N, V_head]`` or
+    :class:`SparseProbs` ``[N, S]`` over head rows. ``num_top``: Saguaro's top set (F + 1)."""
+    vocab = logits.shape[-1]
+    support = None if params.support is None else min(params.support, vocab)
+    if params.greedy:
+        # Point mass at the argmax: C and the filters cannot change it.
+        top = logits.argmax(-1, keepdim=True)
+        ones = torch.ones(top.shape, dtype=torch.float32, device=logits.device)
+        if support is not None:
+            return SparseProbs(top, ones, vocab)
+        return torch.zeros(logits.shape, dtype=torch.float32, device=logits.device).scatter_(-1, top, ones)
+    c = params.c if num_top > 0 else 1.0
+    num_top = min(num_top, vocab) if c < 1.0 else 0
+    if support is not None:
+        support = max(support, num_top)
+    if not params.filters:
+        return saguaro_probs(logits, params.temperature, num_top=num_top, C=c, support=support)
+    n = logits.shape[0]
+    probs = torch.softmax(logits.float() / params.temperature, dim=-1)
+    probs = filter_probs(
+        probs,
+        torch.full((n,), params.top_k, dtype=torch.int64, device=logits.device) if params.top_k > 0 else None,
+        torch.full((n,), params.top_p, device=logits.device) if params.top_p < 1.0 else None,
+        torch.full((n,), params.min_p, device=logits.device) if params.min_p > 0.0 else None,
+    )
+    # log of the filtered distribution at temperature 1 is that distribution again under softmax.
+    return saguaro_probs(probs.log(), 1.0, num_top=num_top, C=c, support=support)
+
+
+def sample(q: torch.Tensor | SparseProbs, seed: int, positions: torch.Tensor) -> torch.Tensor:
+    """Head-row indices ``[N]`` drawn from q′ rows with the counter uniforms of (seed, positions ``[N]``)."""
+    u = counter_uniforms(torch.tensor(seed, dtype=torch.int64), positions.to("cpu")).to(
+        q.device if isinstance(q, torch.Tensor) else q.indices.device
+    )
+    return sample_proposal(q, u)
+
+
+def cat_q(parts: list[torch.Tensor | SparseProbs]) -> torch.Tensor | SparseProbs:
+    """Concatenate q′ chunks along dim 0 (all dense, or all sparse; sparse supports are padded)."""
+    if not isinstance(parts[0], SparseProbs):
+        return torch.cat(parts)
+    width = max(p.support for p in parts)
+    idx = [torch.nn.functional.pad(p.indices, (0, width - p.support)) for p in parts]
+    val = [torch.nn.functional.pad(p.probs, (0, width - p.support)) for p in parts]
+    return SparseProbs(torch.cat(idx), torch.cat(val), parts[0].vocab_size)

@@ -1,0 +1,146 @@
+"""Every cached branch equals plain autoregressive decoding of that branch's true context.
+
+The tree decodes all branches of all requests in one batched forward per step, laid flat in KV with a
+custom mask and per-branch RoPE positions. Here each branch is re-decoded from scratch the plain way —
+prefill of its full context, then one token at a time — with the same (seed, position) sampling path,
+and its K tokens and K distributions q′ must agree. Same for the neural backup's drafts.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from sglang_ssd.algo.probs import SparseProbs
+from sglang_ssd.draft.engine import DraftEngine, EngineConfig
+from sglang_ssd.draft.model import DraftModel, Span
+from sglang_ssd.draft.request import Stage
+from sglang_ssd.draft.sampler import proposal, sample
+from sglang_ssd.draft.tree import num_top, q_to_full
+from sglang_ssd.wire.messages import DraftParams, OutcomeMsg
+
+Q_ATOL = 2e-5
+
+
+def reference_draft(model: DraftModel, context: list[int], k: int, params, seed: int, plan, c: float):
+    """Plain AR: prefill ``context[:-1]`` and decode K tokens; returns (tokens [K], dense q′ [K, V])."""
+    start, length = model.pool.alloc(len(context) + k + 1)
+    try:
+        pos = torch.arange(len(context))
+        logits = model.forward(
+            [Span(start, torch.tensor(context), pos, pos, len(context), out_rows=torch.tensor([len(context) - 1]))]
+        )[0]
+        toks, qs = [], []
+        for s in range(k):
+            q = proposal(logits, params, num_top(plan, s, c))
+            head = sample(q, seed, torch.tensor([len(context) + s]))
+            tok = int(model.to_full_ids(head)[0])
+            toks.append(tok)
+            qs.append(_dense(q_to_full(q, model), model.vocab_size)[0])
+            p = torch.tensor([len(context) + s])
+            logits = model.forward([Span(start, torch.tensor([tok]), p, p, len(context) + s + 1)])[0]
+        return toks, torch.stack(qs)
+    finally:
+        model.pool.release(start, length)
+
+
+def _dense(q, vocab: int) -> torch.Tensor:
+    return q.to_dense() if isinstance(q, SparseProbs) else q
+
+
+def check_tree(engine: DraftEngine, req) -> int:
+    """Compare every finished branch of ``req`` with plain decoding; returns the number checked."""
+    t = req.tree
+    assert req.stage is Stage.READY and t is not None
+    for b in range(t.num_branches):
+        k, tok = int(t.fork_k[b]), int(t.fork_tok[b])
+        context = req.tokens + req.spec[:k] + [tok]
+        ref_toks, ref_q = reference_draft(engine.model, context, engine.k, req.params, req.seed, req.plan,
+                                          engine.cfg.saguaro_c)  # fmt: skip
+        got_toks, got_q = engine._branch(req, b, engine.k)
+        assert got_toks.tolist() == ref_toks, f"branch {b} (k={k}, bonus={tok}) tokens differ"
+        torch.testing.assert_close(_dense(got_q, engine.model.vocab_size), ref_q, atol=Q_ATOL, rtol=0)
+    return t.num_branches
+
+
+def run_rounds(engine: DraftEngine, rng: random.Random, n_requests: int, rounds: int, params_list) -> dict:
+    model = engine.model
+    vocab = model.vocab_size
+    specs = {}
+    for i in range(n_requests):
+        prompt = [rng.randrange(vocab) for _ in range(rng.randrange(3, 40))]
+        spec = engine.open(f"r{i}", prompt, rng.randrange(vocab), params_list[i % len(params_list)])
+        specs[f"r{i}"] = spec
+    checked = {"branches": 0, "hits": 0, "backups": 0}
+    for _ in range(rounds):
+        while engine.has_work():
+            engine.work_step()
+        outcomes = []
+        for rid, spec in specs.items():
+            req = engine.requests[rid]
+            checked["branches"] += check_tree(engine, req)
+            k = rng.randrange(len(spec.tokens) + 1)
+            t = req.tree
+            cached = [int(t.fork_tok[b]) for b in range(t.num_branches) if int(t.fork_k[b]) == k]
+            bonus = rng.choice(cached) if cached and rng.random() < 0.6 else rng.randrange(vocab)
+            outcomes.append(OutcomeMsg(rid=rid, accepted=k, bonus=bonus, spec_id=spec.spec_id))
+        replies = engine.round(outcomes)
+        for o, spec in zip(outcomes, replies):
+            assert spec.error is None
+            req = engine.requests[o.rid]
+            checked["hits"] += spec.hit
+            if not spec.hit:
+                # A backup draft is plain decoding of the committed context too.
+                ref_toks, ref_q = reference_draft(model, req.tokens, engine.k, req.params, req.seed,
+                                                  engine.planner.plan(), engine.cfg.saguaro_c)  # fmt: skip
+                assert spec.tokens.tolist() == ref_toks
+                torch.testing.assert_close(_dense(spec.q, vocab), ref_q, atol=Q_ATOL, rtol=0)
+                checked["backups"] += 1
+            specs[o.rid] = spec
+    return checked
+
+
+PARAMS = [
+    DraftParams(temperature=0.0),
+    DraftParams(temperature=1.0, seed=11),
+    DraftParams(temperature=0.7, top_k=20, seed=12),
+    DraftParams(temperature=1.2, top_p=0.9, seed=13, draft_temperature=0.9),
+]
+
+
+@pytest.mark.parametrize(
+    "fanout,c",
+    [([3, 2, 2, 1, 2], 1.0), ([1, 1, 1, 1, 1], 0.5), ([6, 0, 3, 0, 1], 0.3)],
+)
+def test_branches_equal_plain_decoding(tiny_llama, fanout, c):
+    model = DraftModel(tiny_llama, kv_slots=8192)
+    engine = DraftEngine(model, EngineConfig(k=4, fanout_list=fanout, saguaro_c=c, backup="neural"))
+    checked = run_rounds(engine, random.Random(sum(fanout) + int(c * 10)), n_requests=4, rounds=3, params_list=PARAMS)
+    assert checked["branches"] >= 4 * 3 * 5
+    assert checked["hits"] > 0 and checked["backups"] > 0
+
+
+def test_reduced_vocabulary_head(tiny_reduced):
+    model = DraftModel(tiny_reduced, kv_slots=4096)
+    engine = DraftEngine(model, EngineConfig(k=3, fanout_list=[2, 2, 1, 2], saguaro_c=0.5, backup="neural"))
+    checked = run_rounds(engine, random.Random(5), n_requests=3, rounds=2, params_list=PARAMS)
+    assert checked["branches"] > 0
+    # Nothing outside the head's subset is ever drafted or forked on.
+    allowed = set(model.head_token_ids.tolist())
+    for req in engine.requests.values():
+        assert set(req.spec) <= allowed
+        assert set(req.tree.fork_tok.tolist()) <= allowed if req.tree is not None else True
+
+
+def test_sparse_support_is_exact(tiny_llama):
+    """--q-support S: the draft samples from its top-S tokens and q′ travels sparse, still exact."""
+    model = DraftModel(tiny_llama, kv_slots=4096)
+    engine = DraftEngine(model, EngineConfig(k=3, fanout_list=[2, 1, 1, 2], q_support=8, backup="neural"))
+    run_rounds(engine, random.Random(9), n_requests=2, rounds=2, params_list=[DraftParams(temperature=1.0, seed=3)])
+    while engine.has_work():
+        engine.work_step()
+    req = engine.requests["r0"]
+    check_tree(engine, req)
+    assert isinstance(req.tree.q[0], SparseProbs) and req.tree.q[0].support == 8
