@@ -272,6 +272,19 @@ def target_continuations(target_dir: Path, prompts: list[list[int]], n_new: int,
     return outs
 
 
+def cached_continuations(cache: Path, target_dir: Path, prompts: list[list[int]], n_new: int,
+                         eos_id: int) -> list[list[int]]:
+    """`target_continuations`, reused from the JSON file `cache` when it holds the same prompts and n_new."""
+    if cache.is_file():
+        obj = json.loads(cache.read_text(encoding="utf-8"))
+        if obj.get("prompts") == prompts and obj.get("n_new") == n_new:
+            return obj["continuations"]
+    conts = target_continuations(target_dir, prompts, n_new, eos_id)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps({"n_new": n_new, "prompts": prompts, "continuations": conts}), encoding="utf-8")
+    return conts
+
+
 def greedy_acceptance(model: NgramDraft, prompts: list[list[int]], conts: list[list[int]], k: int) -> dict:
     """Per-token and K-chain greedy acceptance of `model` against the target continuations `conts`.
 
@@ -311,6 +324,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--eval", type=int, default=0, help="measure on this many prompts (spread over the kinds)")
     ap.add_argument("--eval-new", type=int, default=64, help="target tokens per evaluation prompt")
     ap.add_argument("--k", type=int, default=4, help="chain length for the chain acceptance")
+    ap.add_argument("--eval-cache", default="models/ngram_eval_targets.json",
+                    help="target continuations are reused from here when prompts and length match")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     from transformers import AutoTokenizer
@@ -331,7 +346,7 @@ def main(argv: list[str] | None = None) -> None:
         per_kind = -(-args.eval // len(KINDS))
         chosen = [p for kind in KINDS for p in load_prompts(kind)[-per_kind:]][: args.eval]
         ids = [chat_ids(tok, p.prompt) for p in chosen]
-        conts = target_continuations(Path(args.target), ids, args.eval_new, tok.eos_token_id)
+        conts = cached_continuations(Path(args.eval_cache), Path(args.target), ids, args.eval_new, tok.eos_token_id)
         res = greedy_acceptance(model, ids, conts, args.k)
         print(f"eval prompts: {[p.id for p in chosen]}")
         print(json.dumps(res))
