@@ -365,6 +365,12 @@ class DraftEngine:
             req.extent = self.model.pool.grow(start, length, need, keep=req.kv_len)
 
     # ---- pre-speculation ------------------------------------------------------------------------------
+    def cancel_prespeculation(self) -> None:
+        """Forget every tree in progress (their next outcome is a miss; committed KV is untouched)."""
+        for r in self.requests.values():
+            if r.stage in (Stage.GLUE, Stage.TREE, Stage.READY):
+                r.stage, r.tree = Stage.IDLE, None
+
     def has_work(self) -> bool:
         return any(r.stage in (Stage.GLUE, Stage.TREE) for r in self.requests.values())
 

@@ -61,6 +61,8 @@ def decode_request(frames: list[bytes | memoryview], limits: Limits) -> tuple[En
     """Strictly decode a client message; raises :class:`WireError`."""
     limits.check(frames)
     version, _ = probe_seq(frames[0])
+    if version < 0:
+        raise WireError("bad_message", "header is not a msgpack map with a protocol version")
     if version != PROTOCOL_VERSION:
         raise WireError("version", f"protocol version {version}, this server speaks {PROTOCOL_VERSION}")
     try:

@@ -1,0 +1,98 @@
+"""``python -m sglang_ssd.draft_server``: load a draft model and serve it over ZeroMQ.
+
+Prints one line ``READY <endpoint>`` on stdout once it serves; SIGTERM / SIGINT stop it cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+import torch
+
+from ..wire.codec import Limits
+from ..wire.transport import ZmqServerTransport, is_loopback
+from .engine import DraftEngine, EngineConfig
+from .model import DraftModel
+from .server import DraftServer
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m sglang_ssd.draft_server", description=__doc__)
+    p.add_argument("--model", required=True, help="draft model folder (config.json + safetensors)")
+    p.add_argument("--bind", default="ipc:///tmp/sglang-ssd-draft.sock", help="ipc://PATH or tcp://HOST:PORT")
+    p.add_argument("--device", default="cpu", help="cpu or cuda:N")
+    p.add_argument("--dtype", default="auto", choices=["auto", *_DTYPES])
+    p.add_argument("--attention", default="auto", choices=["auto", "torch", "flashinfer"])
+    p.add_argument("--k", type=int, default=7, help="draft tokens per round (K)")
+    p.add_argument("--fanout", default="geometric", choices=["geometric", "uniform"])
+    p.add_argument("--fanout-list", default=None, help="fixed fan-out F_0..F_K, comma separated")
+    p.add_argument("--budget", type=int, default=24, help="Σ F_k: branches per request per round")
+    p.add_argument("--saguaro-c", type=float, default=1.0, help="Saguaro C in [0, 1] (1 = off)")
+    p.add_argument("--backup", default="auto", choices=["auto", "neural", "fast"])
+    p.add_argument("--mode", default="async", choices=["async", "sync"])
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    p.add_argument("--q-support", type=int, default=0, help="truncate draft sampling to top-S (0 = off)")
+    p.add_argument("--kv-slots", type=int, default=1 << 17, help="KV pool size in tokens")
+    p.add_argument("--max-requests", type=int, default=1024)
+    p.add_argument("--idle-timeout", type=float, default=600.0, help="seconds before an idle request is freed")
+    p.add_argument("--max-step-tokens", type=int, default=4096, help="cap on tokens per tree forward")
+    p.add_argument("--max-message-mb", type=float, default=512.0, help="largest accepted message")
+    p.add_argument("--curve-secret-file", default=None, help="file with the server's Z85 CURVE secret key")
+    p.add_argument("--log-level", default="WARNING")
+    return p.parse_args(argv)
+
+
+def build_server(args: argparse.Namespace) -> DraftServer:
+    dtype = None if args.dtype == "auto" else _DTYPES[args.dtype]
+    model = DraftModel(args.model, device=args.device, dtype=dtype, kv_slots=args.kv_slots, attention=args.attention)
+    fanout_list = [int(x) for x in args.fanout_list.split(",")] if args.fanout_list else None
+    cfg = EngineConfig(
+        k=args.k,
+        fanout=args.fanout,
+        fanout_list=fanout_list,
+        budget=args.budget,
+        saguaro_c=args.saguaro_c,
+        backup=args.backup,
+        mode=args.mode,
+        q_support=args.q_support,
+        max_requests=args.max_requests,
+        idle_timeout_s=args.idle_timeout,
+        max_step_tokens=args.max_step_tokens,
+    )
+    max_bytes = int(args.max_message_mb * (1 << 20))
+    limits = Limits(max_header_bytes=min(16 << 20, max_bytes), max_tensor_bytes=max_bytes, max_message_bytes=max_bytes)
+    return DraftServer(DraftEngine(model, cfg), limits)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    torch.set_num_threads(args.threads)
+    secret = Path(args.curve_secret_file).read_bytes().strip() if args.curve_secret_file else None
+    if not is_loopback(args.bind) and secret is None:
+        logging.warning("serving %s beyond loopback without CURVE: anyone who can reach it can use it", args.bind)
+    server = build_server(args)
+    transport = ZmqServerTransport(args.bind, curve_secret_key=secret, max_frame_bytes=2 * server.limits.max_message_bytes)
+    stop = {"flag": False}
+
+    def on_signal(signum, frame):
+        stop["flag"] = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    print(f"READY {transport.endpoint}", flush=True)
+    try:
+        server.serve(transport, lambda: stop["flag"])
+    finally:
+        transport.close()
+        if args.bind.startswith("ipc://"):
+            Path(args.bind[len("ipc://") :]).unlink(missing_ok=True)
+    return 0

@@ -1,0 +1,166 @@
+"""The draft server: wire messages in, engine calls, wire replies out, pre-speculation in between.
+
+The loop is single-threaded. Incoming messages always go first: every message waiting on the socket
+is answered before the next tree step starts, so a lookup never waits for more than one batched tree
+forward. While nothing is waiting the loop runs :meth:`DraftEngine.work_step` (glue, forks, branch
+steps for all requests at once) — the pre-speculation that overlaps the target's verification.
+
+Nothing a client sends can stop the loop: undecodable, oversized or inconsistent messages get an error
+reply, unknown or out-of-sync requests a per-request error, and an internal failure an "internal" error
+reply (logged with its traceback).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from collections.abc import Callable
+
+import torch
+
+from ..wire.codec import Limits, decode_request, encode_reply, error_reply, probe_seq
+from ..wire.messages import (
+    PROTOCOL_VERSION,
+    Ack,
+    Alive,
+    Close,
+    CloseAll,
+    Draft,
+    Heartbeat,
+    Open,
+    Round,
+    Speculations,
+    StatsQuery,
+    StatsReply,
+)
+from ..wire.speculation import Speculation, spec_to_msg
+from ..wire.tensors import FrameWriter, WireError
+from .engine import DraftEngine, RequestError
+from .stats import Timer
+
+log = logging.getLogger("sglang_ssd.draft")
+
+
+class DraftServer:
+    def __init__(self, engine: DraftEngine, limits: Limits | None = None, *, idle_check_s: float = 1.0) -> None:
+        self.engine = engine
+        self.limits = limits or Limits()
+        self.idle_check_s = idle_check_s
+        self._last_idle_check = time.monotonic()
+        self.transport = None
+
+    # ---- one message ------------------------------------------------------------------------------------
+    def handle(self, peer: bytes, frames: list[bytes]) -> list[bytes]:
+        """Reply frames for one request message; never raises."""
+        stats = self.engine.stats
+        _, seq = probe_seq(frames[0]) if frames else (-1, 0)
+        t0 = time.perf_counter()
+        try:
+            env, _ = decode_request(frames, self.limits)
+            if len(frames) > 1:
+                raise WireError("bad_message", f"requests carry no tensor frames, got {len(frames) - 1}")
+            body = env.body
+            kind = type(body).__name__.lower()
+            reply = self._dispatch(body, env.client, seq)
+            ms = (time.perf_counter() - t0) * 1e3
+            stats.record_ms(f"handle_{kind}", ms)
+            return reply
+        except WireError as e:
+            stats.count(f"error_{e.code}")
+            log.warning("refused message from %r: [%s] %s", peer, e.code, e)
+            return error_reply(seq, e)
+        except Exception as e:  # a bug must not take the server down; the client sees "internal"
+            stats.count("error_internal")
+            log.error("internal error on a message from %r:\n%s", peer, traceback.format_exc())
+            return error_reply(seq, e)
+
+    def _dispatch(self, body, client: str, seq: int) -> list[bytes]:
+        eng = self.engine
+        if isinstance(body, Round):
+            with Timer(eng.stats, "round"):
+                specs = eng.round(body.outcomes)
+            return self._speculations(seq, specs)
+        if isinstance(body, Open):
+            try:
+                spec = eng.open(body.rid, body.prompt_tokens, body.first_token, body.params, client)
+            except RequestError as e:
+                eng.stats.count("request_errors")
+                spec = Speculation(body.rid, False, torch.empty(0, dtype=torch.int64), None, str(e))
+            return self._speculations(seq, [spec])
+        if isinstance(body, Draft):
+            return self._speculations(seq, eng.draft(body.rids))
+        if isinstance(body, Close):
+            eng.stats.count("aborted" if body.abort else "close_messages")
+            return encode_reply(seq, Ack(closed=eng.close(body.rids)))
+        if isinstance(body, CloseAll):
+            return encode_reply(seq, Ack(closed=eng.close_owner(client)))
+        if isinstance(body, Heartbeat):
+            return encode_reply(
+                seq,
+                Alive(server_time=time.time(), mode=eng.cfg.mode, k=eng.k, vocab_size=eng.model.vocab_size,
+                      protocol=PROTOCOL_VERSION),  # fmt: skip
+            )
+        if isinstance(body, StatsQuery):
+            snap = self.stats()
+            if body.reset:
+                eng.stats.reset()
+            return encode_reply(seq, StatsReply(stats=snap))
+        raise WireError("bad_message", f"unhandled message {type(body).__name__}")
+
+    def _speculations(self, seq: int, specs: list[Speculation]) -> list[bytes]:
+        writer = FrameWriter()
+        msgs = [spec_to_msg(s, writer) for s in specs]
+        return encode_reply(seq, Speculations(specs=msgs), writer.frames)
+
+    def stats(self) -> dict[str, float | int | str]:
+        eng = self.engine
+        out: dict[str, float | int | str] = dict(eng.stats.snapshot())
+        pool = eng.model.pool
+        out.update(
+            requests_open=len(eng.requests),
+            kv_slots_used=pool.used_slots,
+            kv_slots_total=pool.num_slots,
+            kv_pool_bytes=pool.nbytes(),
+            mode=eng.cfg.mode,
+            k=eng.k,
+            budget=eng.budget,
+            fanout=",".join(map(str, eng.planner.plan())),
+            saguaro_c=eng.cfg.saguaro_c,
+            backup=eng.backup.mode,
+            device=str(eng.model.device),
+            dropped_replies=getattr(self.transport, "dropped_replies", 0),
+        )
+        out.update(eng.planner.estimates())
+        return out
+
+    # ---- the loop ------------------------------------------------------------------------------------------
+    def has_work(self) -> bool:
+        return self.engine.has_work()
+
+    def work_step(self) -> None:
+        try:
+            self.engine.work_step()
+        except Exception:
+            # Drop all pre-speculation rather than loop on the same failure; rounds fall back to backups.
+            log.error("tree step failed, pre-speculation dropped:\n%s", traceback.format_exc())
+            self.engine.stats.count("error_tree_step")
+            self.engine.cancel_prespeculation()
+
+    def serve(self, transport, should_stop: Callable[[], bool], poll_ms: int = 50) -> None:
+        """Answer messages and pre-speculate until ``should_stop()``."""
+        self.transport = transport
+        while not should_stop():
+            msg = transport.recv(0 if self.has_work() else poll_ms)
+            while msg is not None:
+                peer, frames = msg
+                transport.send(peer, self.handle(peer, frames))
+                msg = transport.recv(0)
+            if self.has_work():
+                self.work_step()
+            now = time.monotonic()
+            if now - self._last_idle_check > self.idle_check_s:
+                self._last_idle_check = now
+                n = self.engine.expire_idle(now)
+                if n:
+                    log.info("freed %d idle requests", n)

@@ -1,0 +1,179 @@
+"""The draft server behind the in-process transport: the client API end to end, and bad input."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+import torch
+
+from sglang_ssd.draft.engine import DraftEngine, EngineConfig
+from sglang_ssd.draft.model import DraftModel
+from sglang_ssd.draft.request import Stage
+from sglang_ssd.draft.server import DraftServer
+from sglang_ssd.wire import DraftClient, DraftParams, DraftServerError, Outcome
+from sglang_ssd.wire.codec import Limits, decode_reply, encode_reply
+from sglang_ssd.wire.messages import Alive
+from sglang_ssd.wire.transport import InProcClientTransport
+
+K = 4
+
+
+def make(tiny_llama, drain=True, **cfg) -> tuple[DraftServer, DraftClient]:
+    model = DraftModel(tiny_llama, kv_slots=8192)
+    engine = DraftEngine(model, EngineConfig(k=K, fanout_list=[2, 2, 2, 2, 2], backup="neural", **cfg))
+    server = DraftServer(engine, Limits(max_header_bytes=1 << 16, max_tensor_bytes=1 << 16, max_message_bytes=1 << 17))
+    client = DraftClient("inproc://x", transport=InProcClientTransport(server, drain=drain))
+    return server, client
+
+
+def cached_bonus(server: DraftServer, rid: str, k: int) -> int:
+    t = server.engine.requests[rid].tree
+    return int(t.fork_tok[(t.fork_k == k).nonzero()[0, 0]])
+
+
+def test_open_round_hit_close(tiny_llama):
+    server, client = make(tiny_llama)
+    assert client.ping()
+    spec = client.open("a", [1, 2, 3, 4, 5], 6, DraftParams(temperature=0.0))
+    assert not spec.hit and spec.tokens.shape == (K,) and spec.error is None
+    # The pre-speculation ran (drain); a cached bonus is a hit, an uncached one a miss.
+    bonus = cached_bonus(server, "a", 1)
+    hit = client.round([Outcome("a", 1, bonus)])[0]
+    assert hit.hit and hit.tokens.shape == (K,) and hit.q is not None
+    req = server.engine.requests["a"]
+    assert req.tokens[-2:] == [spec.tokens[0].item(), bonus]
+    t = server.engine.requests["a"].tree
+    uncached = next(x for x in range(256) if x not in t.fork_tok.tolist())
+    miss = client.round([Outcome("a", 0, uncached)])[0]
+    assert not miss.hit and miss.tokens.shape == (K,)
+    stats = client.stats()
+    assert stats["hits"] == 1 and stats["misses"] == 1 and stats["forced_miss"] == 1
+    assert stats["requests_open"] == 1
+    client.close("a")
+    assert client.stats()["requests_open"] == 0
+    assert server.engine.model.pool.used_slots == 0
+
+
+def test_sync_mode_never_prespeculates(tiny_llama):
+    server, client = make(tiny_llama, mode="sync")
+    spec = client.open("a", [1, 2, 3], 4, DraftParams(temperature=1.0, seed=1))
+    assert not server.engine.has_work() and server.engine.requests["a"].stage is Stage.IDLE
+    nxt = client.round([Outcome("a", 2, 17)])[0]
+    assert not nxt.hit and nxt.tokens.shape == (K,) and isinstance(nxt.q, torch.Tensor)
+    again = client.draft(["a"])[0]
+    # Drafting twice from the same context with the same seed gives the same tokens.
+    assert torch.equal(again.tokens, nxt.tokens)
+    assert client.stats()["sync_drafts"] == 1
+
+
+def test_per_request_errors_do_not_spoil_the_batch(tiny_llama):
+    server, client = make(tiny_llama)
+    client.open("a", [1, 2, 3], 4, DraftParams())
+    client.open("b", [5, 6, 7], 8, DraftParams())
+    specs = client.round([Outcome("a", 0, 3), Outcome("ghost", 0, 3), Outcome("b", 9, 3)])
+    assert specs[0].ok and specs[0].tokens.numel() == K
+    assert "unknown request id" in specs[1].error and specs[1].tokens.numel() == 0
+    assert "exceeds" in specs[2].error
+    # "b" is still usable after its bad outcome.
+    assert client.round([Outcome("b", 1, 3)])[0].ok
+    bad_bonus = client.round([Outcome("a", 0, 10_000)])[0]
+    assert "vocabulary" in bad_bonus.error
+    assert client.draft(["nope"])[0].error is not None
+    with pytest.raises(DraftServerError, match="vocabulary"):
+        client.open("c", [1, 999], 2, DraftParams())
+
+
+def test_out_of_sync_outcome_is_refused(tiny_llama):
+    server, client = make(tiny_llama)
+    client.open("a", [1, 2, 3], 4, DraftParams())
+    client.round([Outcome("a", 0, 5)])
+    # Replay an outcome for an old speculation, as a client that lost a reply would.
+    client._spec_ids["a"] = 1
+    spec = client.round([Outcome("a", 0, 5)])[0]
+    assert "out of sync" in spec.error
+    # Re-opening recovers the request.
+    assert client.open("a", [1, 2, 3], 4, DraftParams()).ok
+    assert client.round([Outcome("a", 0, 5)])[0].ok
+
+
+def test_malformed_messages_get_error_replies(tiny_llama):
+    server, client = make(tiny_llama)
+    junk = [
+        [b"\x00\x01garbage"],
+        [msgspec.msgpack.encode({"v": 1, "seq": 1, "client": "c", "body": {"type": "open", "rid": 5}})],
+        [msgspec.msgpack.encode({"v": 99, "seq": 2, "client": "c", "body": {"type": "heartbeat"}})],
+        [msgspec.msgpack.encode({"v": 1, "seq": 3, "client": "c", "body": {"type": "heartbeat"}}), b"extra"],
+        [b"\x00" * (1 << 17)],
+    ]
+    codes = []
+    for frames in junk:
+        env, _ = decode_reply(server.handle(b"peer", frames), Limits())
+        codes.append(env.body.code)
+    assert codes == ["bad_message", "bad_message", "version", "bad_message", "too_large"]
+    assert client.ping()
+    assert client.stats()["error_bad_message"] == 3
+
+
+def test_internal_error_is_contained(tiny_llama, monkeypatch):
+    server, client = make(tiny_llama)
+    client.open("a", [1, 2, 3], 4, DraftParams())
+
+    def boom(*a, **k):
+        raise RuntimeError("kaboom")
+
+    monkeypatch.setattr(server.engine, "round", boom)
+    with pytest.raises(DraftServerError, match="internal"):
+        client.round([Outcome("a", 0, 1)])
+    monkeypatch.undo()
+    assert client.ping() and client.round([Outcome("a", 0, 1)])[0].ok
+
+
+def test_late_reply_is_dropped(tiny_llama):
+    server, client = make(tiny_llama)
+    # A reply to an earlier (timed-out) call sits in front of the real one.
+    client.transport._inbox.append(encode_reply(0, Alive(server_time=0.0, mode="x", k=1, vocab_size=1)))
+    assert client.ping()
+    assert client.stale_replies == 1
+
+
+def test_close_all_and_idle_expiry(tiny_llama):
+    server, client = make(tiny_llama, idle_timeout_s=0.0)
+    for rid in "abc":
+        client.open(rid, [1, 2, 3], 4, DraftParams())
+    other = DraftClient("inproc://x", transport=InProcClientTransport(server))
+    other.open("d", [1, 2], 3, DraftParams())
+    assert client.close_all() == 3
+    assert list(server.engine.requests) == ["d"]
+    import time
+
+    assert server.engine.expire_idle(time.monotonic() + 1) == 1
+    assert server.engine.model.pool.used_slots == 0
+
+
+def test_partial_hit_matches_full_hit(tiny_llama):
+    """An outcome that arrives while its branch is half decoded gets the same tokens as a finished one."""
+    results = []
+    for steps in (None, 2):
+        server, client = make(tiny_llama, drain=False)
+        client.open("a", [1, 2, 3, 4], 5, DraftParams(temperature=1.0, seed=7))
+        eng = server.engine
+        eng.work_step()  # glue + forks
+        bonus = cached_bonus(server, "a", 2)
+        n = K if steps is None else steps
+        for _ in range(n):
+            eng.work_step()
+        assert eng.requests["a"].stage is (Stage.READY if steps is None else Stage.TREE)
+        spec = client.round([Outcome("a", 2, bonus)])[0]
+        assert spec.hit
+        results.append(spec)
+    assert torch.equal(results[0].tokens, results[1].tokens)
+    torch.testing.assert_close(results[0].q, results[1].q)
+
+
+def test_fast_backup_is_point_mass(tiny_llama):
+    server, client = make(tiny_llama, drain=False)
+    server.engine.backup.mode = "fast"
+    # A repeating prompt: the context lookup proposes its continuation.
+    spec = client.open("a", [7, 8, 9, 7, 8, 9, 7, 8], 9, DraftParams(temperature=1.0))
+    assert spec.q is None and spec.tokens.tolist() == [7, 8, 9, 7]
+    assert client.stats()["backup_fast"] == 1
