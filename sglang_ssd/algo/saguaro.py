@@ -68,8 +68,9 @@ def saguaro_probs(
     if bool(((total <= 0) & ~greedy).any()):
         raise ValueError("C = 0 leaves no probability mass outside the top tokens")
     q = q / total
-    point = torch.zeros_like(q).scatter_(-1, z.argmax(-1, keepdim=True), 1.0)
-    q = torch.where(greedy, point, q)
+    if bool(greedy.any()):
+        point = torch.zeros_like(q).scatter_(-1, z.argmax(-1, keepdim=True), 1.0)
+        q = torch.where(greedy, point, q)
     if support is not None:
         return SparseProbs(indices, q, vocab)
     return q
