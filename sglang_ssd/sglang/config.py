@@ -1,0 +1,122 @@
+"""SSD settings: parsed from `--ssd-*` flags by our launcher, handed to SGLang's processes via env.
+
+SGLang plugins cannot add CLI flags, so `python -m sglang_ssd.launch_server` parses the `--ssd-*`
+flags, validates them before any model loads, and exports them as JSON in `SGLANG_SSD_CONFIG`
+(or a file named by `SGLANG_SSD_CONFIG_FILE`) for the worker inside every SGLang process. The same
+variables are how `python -m sglang.launch_server --speculative-algorithm SSD` is configured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+
+ENV_JSON = "SGLANG_SSD_CONFIG"
+ENV_FILE = "SGLANG_SSD_CONFIG_FILE"
+
+
+class ConfigError(ValueError):
+    """A bad `--ssd-*` value; the message is one line naming the flag."""
+
+
+@dataclass
+class SSDConfig:
+    k: int | str = 7  # draft tokens per round, or "auto"
+    fanout: str = "geometric"
+    budget: int = 24
+    saguaro_c: float = 1.0
+    backup: str = "auto"
+    mode: str = "async"  # async = SSD, sync = SD baseline from the same draft server
+    draft_device: str = "cpu"
+    draft_endpoints: list[str] = field(default_factory=list)  # given ⇒ connect, else start our own
+    draft_cores: list[int] = field(default_factory=list)
+    draft_timeout_s: float = 5.0
+    draft_model_path: str | None = None
+
+    def validate(self) -> SSDConfig:
+        if self.k != "auto" and (not isinstance(self.k, int) or not 0 <= self.k <= 32):
+            raise ConfigError(f"--ssd-k must be an integer in 0..32 or 'auto', got {self.k!r}")
+        if self.fanout not in ("geometric", "uniform"):
+            raise ConfigError(f"--ssd-fanout must be 'geometric' or 'uniform', got {self.fanout!r}")
+        if not isinstance(self.budget, int) or self.budget < 1:
+            raise ConfigError(f"--ssd-budget must be a positive integer, got {self.budget!r}")
+        if not 0.0 <= float(self.saguaro_c) <= 1.0:
+            raise ConfigError(f"--ssd-saguaro-c must be in [0, 1], got {self.saguaro_c!r}")
+        if self.backup not in ("auto", "neural", "fast"):
+            raise ConfigError(f"--ssd-backup must be 'auto', 'neural' or 'fast', got {self.backup!r}")
+        if self.mode not in ("async", "sync"):
+            raise ConfigError(f"--ssd-mode must be 'async' or 'sync', got {self.mode!r}")
+        dev = self.draft_device
+        if not (dev == "cpu" or (dev.startswith("cuda:") and dev[5:].isdigit())):
+            raise ConfigError(f"--ssd-draft-device must be 'cpu' or 'cuda:N', got {dev!r}")
+        for ep in self.draft_endpoints:
+            if not ep.startswith(("tcp://", "ipc://")):
+                raise ConfigError(f"--ssd-draft-endpoint must start with tcp:// or ipc://, got {ep!r}")
+        if self.draft_timeout_s <= 0:
+            raise ConfigError(f"--ssd-draft-timeout must be positive, got {self.draft_timeout_s!r}")
+        return self
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_mapping(cls, data: dict) -> SSDConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown SSD setting {unknown[0]!r} (known: {', '.join(sorted(known))})")
+        return cls(**data).validate()
+
+    @classmethod
+    def from_env(cls) -> SSDConfig:
+        if os.environ.get(ENV_JSON):
+            return cls.from_mapping(json.loads(os.environ[ENV_JSON]))
+        if os.environ.get(ENV_FILE):
+            with open(os.environ[ENV_FILE]) as f:
+                return cls.from_mapping(json.load(f))
+        return cls().validate()
+
+
+def _k_value(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"--ssd-k must be an integer or 'auto', got {text!r}") from None
+
+
+def add_ssd_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("SSD (speculative speculative decoding)")
+    g.add_argument("--ssd-k", type=_k_value, default=SSDConfig.k)
+    g.add_argument("--ssd-fanout", default=SSDConfig.fanout)
+    g.add_argument("--ssd-budget", type=int, default=SSDConfig.budget)
+    g.add_argument("--ssd-saguaro-c", type=float, default=SSDConfig.saguaro_c)
+    g.add_argument("--ssd-backup", default=SSDConfig.backup)
+    g.add_argument("--ssd-mode", default=SSDConfig.mode)
+    g.add_argument("--ssd-draft-device", default=SSDConfig.draft_device)
+    g.add_argument("--ssd-draft-endpoint", action="append", default=[])
+    g.add_argument("--ssd-draft-cores", default="", help="comma-separated CPU cores for the draft server")
+    g.add_argument("--ssd-draft-timeout", type=float, default=SSDConfig.draft_timeout_s)
+
+
+def config_from_args(ns: argparse.Namespace, draft_model_path: str | None) -> SSDConfig:
+    try:
+        cores = [int(c) for c in ns.ssd_draft_cores.split(",") if c.strip()]
+    except ValueError:
+        raise ConfigError(f"--ssd-draft-cores must be comma-separated integers, got {ns.ssd_draft_cores!r}") from None
+    return SSDConfig(
+        k=ns.ssd_k,
+        fanout=ns.ssd_fanout,
+        budget=ns.ssd_budget,
+        saguaro_c=ns.ssd_saguaro_c,
+        backup=ns.ssd_backup,
+        mode=ns.ssd_mode,
+        draft_device=ns.ssd_draft_device,
+        draft_endpoints=list(ns.ssd_draft_endpoint),
+        draft_cores=cores,
+        draft_timeout_s=ns.ssd_draft_timeout,
+        draft_model_path=draft_model_path,
+    ).validate()

@@ -1,0 +1,99 @@
+"""Shared real-server fixtures: each kind of server starts once per test session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sglang_ssd.prompts import load_prompts
+from sglang_ssd.sglang.server_process import CPU_SERVER_ARGS, SGLangServer
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGET = ROOT / "models" / "target"
+NEW_TOKENS = 32
+
+
+def require_model(path: Path) -> Path:
+    if not (path / "config.json").is_file():
+        pytest.fail(f"{path} is missing: run `make models` first (make test does it)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def target_path() -> Path:
+    return require_model(TARGET)
+
+
+@pytest.fixture(scope="session")
+def tokenizer(target_path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(target_path))
+
+
+def chat_ids(tokenizer, prompt: str) -> list[int]:
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
+    )
+    return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+
+
+@pytest.fixture(scope="session")
+def equality_prompts(tokenizer) -> list[list[int]]:
+    """20 prompts, 5 of each kind, as chat-templated token ids."""
+    prompts = []
+    for kind in ("chat", "math", "code", "feedback"):
+        prompts += [chat_ids(tokenizer, p.prompt) for p in load_prompts(kind, limit=5)]
+    return prompts
+
+
+@pytest.fixture(scope="session")
+def hf_greedy(target_path, equality_prompts) -> list[list[int]]:
+    """Greedy continuations from Hugging Face transformers, fp32 (the reference).
+
+    An explicit argmax loop over the model's logits with its KV cache: `generate()` in
+    transformers 5.19 does not return the plain argmax chain for this model (seen on prompt
+    chat-003, position 9: logits 18.31 vs 17.89, generate picks the second), so it is not used.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(1)
+    model = AutoModelForCausalLM.from_pretrained(str(target_path), dtype=torch.float32).eval()
+    outs = []
+    with torch.inference_mode():
+        for ids in equality_prompts:
+            out = model(torch.tensor([ids]), use_cache=True)
+            tokens = [int(out.logits[0, -1].argmax())]
+            while len(tokens) < NEW_TOKENS:
+                out = model(torch.tensor([tokens[-1:]]), past_key_values=out.past_key_values, use_cache=True)
+                tokens.append(int(out.logits[0, -1].argmax()))
+            outs.append(tokens)
+    return outs
+
+
+def start_server(target_path: Path, *extra: str, log_name: str, **kw) -> SGLangServer:
+    argv = ["--model-path", str(target_path), *CPU_SERVER_ARGS, *extra]
+    return SGLangServer(argv, log_path=Path("/tmp") / f"sglang_ssd_{log_name}.log", **kw).start()
+
+
+@pytest.fixture(scope="session")
+def ar_server(target_path):
+    server = start_server(target_path, log_name="ar")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def ngram_server(target_path):
+    server = start_server(
+        target_path, "--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "4", log_name="ngram"
+    )
+    yield server
+    server.stop()
+
+
+def greedy_tokens(server: SGLangServer, ids: list[int], n: int = NEW_TOKENS) -> tuple[list[int], dict]:
+    out = server.generate(ids, {"temperature": 0, "max_new_tokens": n, "ignore_eos": True})
+    return out["output_ids"], out["meta_info"]
