@@ -200,20 +200,23 @@ class DraftEngine:
             valid.append((i, req, o))
         kind = self.backup.choose(len(valid))
         full, partial, missed = [], [], []
-        for i, req, o in valid:
-            t = req.tree
-            b = t.find(o.accepted, o.bonus) if t is not None and req.stage in (Stage.TREE, Stage.READY) else None
-            self._observe(req, o, b is not None)
-            if b is None:
-                missed.append((i, req, o))
-            elif req.stage is Stage.READY:
-                full.append((i, req, o, b))
-            else:
-                partial.append((i, req, o, b))
-        for i, req, o, b in full:
-            tokens, q = self._branch(req, b, self.k)
-            self._commit(req, o)
-            results[i] = self._finish(req, tokens, q, hit=True)
+        # Lookups first: hits are answered from the cache before any backup work starts.
+        with Timer(self.stats, "lookup"):
+            for i, req, o in valid:
+                t = req.tree
+                ready = t is not None and req.stage in (Stage.TREE, Stage.READY)
+                b = t.find(o.accepted, o.bonus) if ready else None
+                self._observe(req, o, b is not None)
+                if b is None:
+                    missed.append((i, req, o))
+                elif req.stage is Stage.READY:
+                    full.append((i, req, o, b))
+                else:
+                    partial.append((i, req, o, b))
+            for i, req, o, b in full:
+                tokens, q = self._branch(req, b, self.k)
+                self._commit(req, o)
+                results[i] = self._finish(req, tokens, q, hit=True)
         self.stats.count("hits", len(full))
         if partial:
             self._serve_partial(partial, kind, results)

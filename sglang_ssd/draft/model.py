@@ -128,6 +128,7 @@ class DraftModel:
         cfg, w = self.cfg, self.w
         nq, nkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         plan = self.attn.plan(spans)
+        cos, sin = self.rope.tables(positions)
         h = w.embed[tokens]
         for i, lw in enumerate(w.layers):
             x = rms_norm(h, lw.attn_norm, cfg.rms_norm_eps)
@@ -137,7 +138,7 @@ class DraftModel:
             if lw.q_norm is not None:
                 q = rms_norm(q, lw.q_norm, cfg.rms_norm_eps)
                 k = rms_norm(k, lw.k_norm, cfg.rms_norm_eps)
-            q, k = self.rope.apply(q, k, positions)
+            q, k = self.rope.apply(q, k, cos, sin)
             self.pool.k[i].index_copy_(0, slots, k)
             self.pool.v[i].index_copy_(0, slots, v)
             o = self.attn.run(plan, i, q, self.scale)

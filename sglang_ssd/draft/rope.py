@@ -50,13 +50,16 @@ class Rope:
         self.cos = emb.cos().to(self.device, self.dtype)
         self.sin = emb.sin().to(self.device, self.dtype)
 
-    def apply(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor):
-        """q ``[N, Hq, D]``, k ``[N, Hkv, D]``, positions int64 ``[N]`` ⇒ rotated (q, k)."""
+    def tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin ``[N, 1, D]`` for int64 positions ``[N]`` (gathered once per forward, used per layer)."""
         need = int(positions.max()) + 1 if positions.numel() else 0
         if need > self.cos.shape[0]:
             self._grow(max(need, 2 * self.cos.shape[0]))
-        cos = self.cos[positions].unsqueeze(1)
-        sin = self.sin[positions].unsqueeze(1)
+        return self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
+
+    @staticmethod
+    def apply(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """q ``[N, Hq, D]``, k ``[N, Hkv, D]`` ⇒ rotated (q, k)."""
         return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
 
 

@@ -16,45 +16,38 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from ..algo.probs import SparseProbs, sample_proposal
 from ..algo.saguaro import saguaro_probs
 from ..algo.sampling_params import GREEDY_EPS, filter_probs
 
-_M32 = 0xFFFFFFFF
 #: Separates the draft's stream from any other use of the same seed (e.g. the verifier's coins).
-_DOMAIN = 0x5D2AF17B
+_DOMAIN = np.uint64(0x5D2AF17B3C9E0A41)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
 
 
-def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
-    """(x · c) mod 2³² for x in [0, 2³²) without int64 overflow (16-bit halves)."""
-    lo = (x & 0xFFFF) * c
-    hi = ((x >> 16) * c) & 0xFFFF
-    return (lo + (hi << 16)) & _M32
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    """The splitmix64 finalizer on uint64 arrays (wrap-around arithmetic is numpy's uint64 semantics)."""
+    z = x + _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * _M1
+    z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
 
 
-def _mix32(x: torch.Tensor) -> torch.Tensor:
-    """A 32-bit avalanche hash (xorshift-multiply rounds) on int64 tensors holding values < 2³²."""
-    x = x ^ (x >> 16)
-    x = _mul32(x, 0x7FEB352D)
-    x = x ^ (x >> 15)
-    x = _mul32(x, 0x846CA68B)
-    return x ^ (x >> 16)
+def counter_uniforms(seed: int, positions: torch.Tensor) -> torch.Tensor:
+    """float32 uniforms in [0, 1) on a 2⁻²⁴ grid, a pure function of (seed, position) per element.
 
-
-def counter_uniforms(seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """float32 uniforms in [0, 1) (24-bit grid), a pure function of (seed, position) per element.
-
-    ``seeds``: int64 ≥ 0 (63-bit); ``positions``: int64 ≥ 0; broadcastable shapes.
+    ``seed``: int in [0, 2⁶³); ``positions``: int64 ``[N]`` ≥ 0. Returns float32 ``[N]`` on the CPU.
     """
-    seeds = seeds.long()
-    positions = positions.long()
-    h = _mix32((seeds >> 32) ^ _DOMAIN)
-    h = _mix32((seeds & _M32) ^ h)
-    h = _mix32(h ^ _mix32((positions & _M32) ^ 0x68E31DA4))
-    h = _mix32(h ^ (positions >> 32))
-    return (h >> 8).float() * (1.0 / (1 << 24))
+    pos = positions.detach().to("cpu", torch.int64).numpy().astype(np.uint64)
+    with np.errstate(over="ignore"):
+        key = _splitmix64(np.array([seed], dtype=np.uint64) ^ _DOMAIN)
+        h = _splitmix64(key ^ _splitmix64(pos))
+    return torch.from_numpy((h >> np.uint64(40)).astype(np.float32) * np.float32(1.0 / (1 << 24)))
 
 
 @dataclass(frozen=True)
@@ -109,9 +102,7 @@ def proposal(logits: torch.Tensor, params: RowParams, num_top: int) -> torch.Ten
 
 def sample(q: torch.Tensor | SparseProbs, seed: int, positions: torch.Tensor) -> torch.Tensor:
     """Head-row indices ``[N]`` drawn from q′ rows with the counter uniforms of (seed, positions ``[N]``)."""
-    u = counter_uniforms(torch.tensor(seed, dtype=torch.int64), positions.to("cpu")).to(
-        q.device if isinstance(q, torch.Tensor) else q.indices.device
-    )
+    u = counter_uniforms(seed, positions).to(q.device if isinstance(q, torch.Tensor) else q.indices.device)
     return sample_proposal(q, u)
 
 

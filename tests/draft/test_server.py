@@ -56,7 +56,7 @@ def test_open_round_hit_close(tiny_llama):
 
 def test_sync_mode_never_prespeculates(tiny_llama):
     server, client = make(tiny_llama, mode="sync")
-    spec = client.open("a", [1, 2, 3], 4, DraftParams(temperature=1.0, seed=1))
+    client.open("a", [1, 2, 3], 4, DraftParams(temperature=1.0, seed=1))
     assert not server.engine.has_work() and server.engine.requests["a"].stage is Stage.IDLE
     nxt = client.round([Outcome("a", 2, 17)])[0]
     assert not nxt.hit and nxt.tokens.shape == (K,) and isinstance(nxt.q, torch.Tensor)
