@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
-import logging
 import os
 
-logger = logging.getLogger(__name__)
+
+def register_ssd() -> None:
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+    from sglang.srt.speculative.spec_registry import get_spec
+
+    from sglang_ssd.sglang.spec_algo import SSDSpecAlgo, validate_server_args, worker_factory
+
+    if get_spec("SSD") is None:
+        SpeculativeAlgorithm.register(
+            "SSD", supports_overlap=False, validate_server_args=validate_server_args, spec_class=SSDSpecAlgo
+        )(worker_factory)
 
 
 def load() -> None:
@@ -14,3 +23,4 @@ def load() -> None:
         from sglang_ssd.cpu import install_cpu_support
 
         install_cpu_support()
+    register_ssd()

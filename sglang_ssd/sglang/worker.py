@@ -1,0 +1,255 @@
+"""SSDWorker: SGLang's speculative worker for `--speculative-algorithm SSD`.
+
+One decode step = one SSD round (ALGORITHM.md §2) seen from the target:
+1. take each request's pending speculation (K tokens + the q′ they were drawn from) that the draft
+   server sent after the previous round; a request without one is opened on the draft server now
+   (first round, after a fault, after an out-of-sync reply) — a forced miss;
+2. one TARGET_VERIFY forward over the chain [last, s_1..s_K] of every request (NGRAM's verify shape);
+3. exact rejection sampling with the q′ received (`sglang_ssd.algo.verify_chain`) on the request's own
+   processed distribution — never SGLang's greedy-only CPU verify;
+4. keep the KV of accepted tokens, report `accept_lens` (bonus included) to the scheduler, and send
+   the outcomes (k, bonus) to the draft server, whose reply is the next round's speculation.
+While the target verifies, the draft server pre-speculates the likely outcomes, so step 4's reply is
+usually a cache hit answered at once. Prefill batches are a plain target forward.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+from sglang.kernels.ops.speculative.cache_locs import assign_extend_cache_locs_func
+from sglang.kernels.ops.speculative.reconstruct_tree import reconstruct_indices_from_tree_mask_func
+from sglang.srt.layers.logprob_processor import compute_spec_logprobs
+from sglang.srt.managers.scheduler import GenerationBatchResult
+from sglang.srt.model_executor.forward_batch_info import ForwardMode
+from sglang.srt.speculative.base_spec_worker import BaseSpecWorker
+from sglang.srt.speculative.ngram_info import NgramVerifyInput
+from sglang.srt.speculative.spec_utils import move_accept_tokens_to_target_kvcache
+
+from sglang_ssd.algo.sampling_params import SamplingBatch
+from sglang_ssd.algo.verify import verify_chain
+from sglang_ssd.sglang import metrics
+from sglang_ssd.sglang.config import SSDConfig
+from sglang_ssd.sglang.draft_link import DraftLink
+from sglang_ssd.sglang.proposals import stack_proposals
+from sglang_ssd.sglang.spec_algo import draft_width
+from sglang_ssd.sglang.target_logits import processed_logits
+from sglang_ssd.wire.messages import DraftParams
+from sglang_ssd.wire.speculation import Outcome, Speculation
+
+logger = logging.getLogger(__name__)
+
+
+class SSDWorker(BaseSpecWorker):
+    def __init__(self, server_args, gpu_id=None, nccl_port=None, target_worker=None, **kwargs):
+        super().__init__()
+        self.server_args = server_args
+        self._target_worker = target_worker
+        self.model_runner = target_worker.model_runner
+        self.device = self.model_runner.device
+        self.config = SSDConfig.from_env()
+        self.width = draft_width(self.config)  # root + K drafts
+        self.k = self.width - 1
+        self.speculative_num_draft_tokens = self.width
+        self.link = DraftLink(self.config)
+        self.pending: dict[str, Speculation] = {}
+        self.stats = metrics.SSDStats()
+        metrics.register_worker(self)
+        logger.info("SSD worker: K=%d, draft servers %s, mode %s", self.k, self.config.draft_endpoints,
+                    self.config.mode)
+
+    @property
+    def draft_worker(self):
+        return None  # the draft runs in its own server, not in this process
+
+    def alloc_memory_pool(self, **kwargs):
+        self.req_to_token_pool, self.token_to_kv_pool_allocator = self._target_worker.get_memory_pool()
+
+    def clear_cache_pool(self):
+        for rid in list(self.pending):
+            self.link.close(rid)
+        self.pending.clear()
+
+    def note_request_finished(self, *, rid: str, natural_stop: bool) -> None:
+        self.pending.pop(rid, None)
+        self.link.close(rid)
+
+    # ---- one step ----------------------------------------------------------------------------------
+    def forward_batch_generation(self, batch, on_publish=None, pp_proxy_tensors=None, **kwargs):
+        if not batch.forward_mode.is_decode():
+            return self._forward_prefill(batch, on_publish, pp_proxy_tensors)
+        return self._forward_round(batch, on_publish, pp_proxy_tensors)
+
+    def _forward_prefill(self, batch, on_publish, pp_proxy_tensors):
+        result = self.target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors)
+        bs = len(batch.reqs)
+        predict = result.next_token_ids
+        accept_tokens = torch.zeros(bs, self.width, dtype=torch.int32, device=self.device)
+        accept_tokens[:, 0] = predict
+        accept_lens = torch.ones(bs, dtype=torch.int32, device=self.device)
+        new_seq_lens = batch.seq_lens.clone()
+        if on_publish is not None:
+            on_publish(new_seq_lens)
+        return self._result(result.logits_output, predict, accept_tokens.flatten(), accept_lens, new_seq_lens,
+                            result.can_run_cuda_graph)
+
+    def _speculations(self, batch) -> list[Speculation | None]:
+        """The pending speculation of every request; opens requests the draft server does not know."""
+        specs = []
+        for req in batch.reqs:
+            spec = self.pending.get(req.rid) if self.link.is_open(req.rid) else None
+            if spec is None:
+                committed = list(req.origin_input_ids) + list(req.output_ids)
+                spec = self.link.open(req.rid, committed[:-1], committed[-1], draft_params(req))
+            specs.append(spec)
+        return specs
+
+    def _forward_round(self, batch, on_publish, pp_proxy_tensors):
+        t0 = time.perf_counter()
+        bs, d = len(batch.reqs), self.width
+        specs = self._speculations(batch)
+        vocab = self.model_runner.model_config.vocab_size
+        proposal = stack_proposals(specs, self.k, vocab)
+
+        last = torch.tensor([req.output_ids[-1] for req in batch.reqs], dtype=torch.int64)
+        chain = torch.cat([last[:, None], proposal.tokens], dim=1).to(self.device)  # [bs, d]
+        mask = torch.ones(d, d, dtype=torch.bool, device=self.device).tril().repeat(bs, 1, 1).flatten()
+        positions = torch.empty(bs * d, dtype=torch.int64, device=self.device)
+        retrieve_index = torch.empty(bs, d, dtype=torch.int64, device=self.device)
+        retrieve_next_token = torch.empty_like(retrieve_index)
+        retrieve_next_sibling = torch.empty_like(retrieve_index)
+        reconstruct_indices_from_tree_mask_func(
+            mask, batch.seq_lens, positions, retrieve_index, retrieve_next_token, retrieve_next_sibling, bs, d
+        )
+        batch.forward_mode = ForwardMode.TARGET_VERIFY
+        batch.input_ids = chain.flatten()
+        batch.out_cache_loc = assign_extend_cache_locs_func(
+            req_pool_indices=batch.req_pool_indices,
+            req_to_token=batch.req_to_token_pool.req_to_token,
+            start_offset=batch.seq_lens,
+            end_offset=batch.seq_lens + d,
+            batch_size=bs,
+            draft_token_num=d,
+            device=self.device,
+        )
+        batch.spec_info = NgramVerifyInput(
+            draft_token=batch.input_ids,
+            custom_mask=mask,
+            positions=positions,
+            retrieve_index=retrieve_index,
+            retrieve_next_token=retrieve_next_token,
+            retrieve_next_sibling=retrieve_next_sibling,
+            draft_token_num=d,
+        )
+        t_verify = time.perf_counter()
+        result = self.target_worker.forward_batch_generation(
+            batch, pp_proxy_tensors=pp_proxy_tensors, is_verify=True
+        )
+        t_verified = time.perf_counter()
+        logits_output = result.logits_output
+        logits, allowed = processed_logits(batch, logits_output.next_token_logits, chain, d)
+        outcome = verify_chain(
+            logits.view(bs, d, -1),
+            proposal.tokens.to(self.device),
+            proposal.q.to(self.device) if hasattr(proposal.q, "to") else proposal.q,
+            sampling_batch(batch),
+            allowed_mask=allowed,
+            deterministic=proposal.deterministic.to(self.device),
+            num_draft=proposal.num_draft.to(self.device),
+            generator=request_generators(batch),
+            check=False,
+        )
+        k = outcome.accept_len
+        accept_lens = (k + 1).to(torch.int32)
+        emitted = outcome.tokens.clamp(min=0)
+        predict = torch.zeros(bs, d, dtype=torch.int32, device=self.device)
+        predict[:, : emitted.shape[1]] = emitted.to(torch.int32)
+        slots = torch.arange(d, device=self.device)
+        accept_index = torch.where(
+            slots[None, :] <= k[:, None], torch.arange(bs, device=self.device)[:, None] * d + slots, -1
+        )
+        predict = predict.flatten()
+        new_seq_lens = batch.seq_lens + accept_lens
+        accept_tokens = predict[accept_index].flatten()
+        move_accept_tokens_to_target_kvcache(batch, accept_index, k.to(torch.int32),
+                                             self.token_to_kv_pool_allocator)
+        if batch.return_logprob:
+            compute_spec_logprobs(batch, logits_output, predict, accept_index=accept_index)
+        if on_publish is not None:
+            on_publish(new_seq_lens)
+        batch.forward_mode = ForwardMode.DECODE
+
+        # Tell the draft server what happened; its reply is the next round's speculation.
+        k_list, bonus_list = k.tolist(), outcome.bonus.tolist()
+        outcomes = [
+            Outcome(req.rid, k_list[i], bonus_list[i])
+            for i, req in enumerate(batch.reqs)
+            if specs[i] is not None and self.link.is_open(req.rid)
+        ]
+        t_link = time.perf_counter()
+        self.pending.update(self.link.round(outcomes))
+        for i, req in enumerate(batch.reqs):
+            if specs[i] is not None and req.rid not in self.pending:
+                self.pending.pop(req.rid, None)
+        t1 = time.perf_counter()
+        self.stats.record_round(
+            num_draft=proposal.num_draft.tolist(), accepted=k_list, verify_s=t_verified - t_verify,
+            link_s=t1 - t_link, total_s=t1 - t0,
+        )
+        return self._result(logits_output, accept_tokens, accept_tokens, accept_lens, new_seq_lens,
+                            result.can_run_cuda_graph)
+
+    def _result(self, logits_output, next_token_ids, accept_tokens, accept_lens, new_seq_lens, graph):
+        next_draft_input = NgramVerifyInput(
+            draft_token_num=self.width,
+            new_seq_lens=new_seq_lens,
+            accept_tokens=accept_tokens,
+            accept_lens=accept_lens,
+        )
+        return GenerationBatchResult(
+            logits_output=logits_output,
+            next_token_ids=next_token_ids,
+            can_run_cuda_graph=graph,
+            accept_lens=accept_lens,
+            new_seq_lens=new_seq_lens,
+            next_draft_input=next_draft_input,
+            speculative_num_draft_tokens=self.width,
+        )
+
+
+def draft_params(req) -> DraftParams:
+    sp = req.sampling_params
+    greedy = sp.top_k == 1 or sp.temperature <= 1e-6
+    return DraftParams(
+        temperature=0.0 if greedy else float(sp.temperature),
+        top_k=0 if sp.top_k in (None, -1) or sp.top_k >= 1 << 30 else int(sp.top_k),
+        top_p=float(sp.top_p),
+        min_p=float(sp.min_p),
+        seed=getattr(sp, "sampling_seed", None),
+    )
+
+
+def sampling_batch(batch) -> SamplingBatch:
+    info = batch.sampling_info
+    return SamplingBatch(
+        temperature=info.temperatures.reshape(-1).float(),
+        top_k=info.top_ks.reshape(-1).long(),
+        top_p=info.top_ps.reshape(-1).float(),
+        min_p=info.min_ps.reshape(-1).float() if info.need_min_p_sampling else None,
+    )
+
+
+def request_generators(batch):
+    """Per-request generators for requests with a sampling seed (reproducible accept coins)."""
+    seeds = [getattr(req.sampling_params, "sampling_seed", None) for req in batch.reqs]
+    if all(s is None for s in seeds):
+        return None
+    gens = []
+    for req, seed in zip(batch.reqs, seeds):
+        g = torch.Generator(device="cpu")
+        # Fresh coins each round, reproducible from (seed, position).
+        g.manual_seed((int(seed or 0) * 1_000_003 + len(req.output_ids)) % (1 << 63))
+        gens.append(g)
+    return gens
