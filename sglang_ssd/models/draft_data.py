@@ -1,0 +1,144 @@
+"""Distillation data for the draft: target-generated answers with the target's top-k logits.
+
+Each training prompt goes through the target's chat template; the target answers it (greedy, or sampled
+at T = 0.7), batched with left padding and a KV cache, and at every generated position the target's
+top-k raw logits (the distribution that produced that token) are stored. Batches are cached as
+`<cache>/batch_<i>.pt`, so an interrupted run resumes where it stopped; a batch depends only on its
+index and the seed, so the data are the same whatever was cached before.
+
+Per sequence the cache holds: `prompt` (int64 [P], chat-templated prompt ids), `answer` (int64 [N],
+generated ids, ending with EOS unless cut at `max_new`), `top_ids` (int32 [N, k]) and `top_logits`
+(float16 [N, k]): the target's k largest logits at the position that predicts `answer[i]`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from sglang_ssd.models.draft_prompts import training_prompts
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """What to generate. `n_greedy` + `n_sampled` prompts, answered in batches of `batch` prompts."""
+
+    n_greedy: int = 400
+    n_sampled: int = 112
+    temperature: float = 0.7
+    max_new: int = 128
+    top_k: int = 32
+    batch: int = 32
+    seed: int = 0
+
+
+def chat_ids(tokenizer, prompt: str) -> list[int]:
+    """Token ids of `prompt` sent through the target's chat template, ready for the assistant's answer."""
+    messages = [{"role": "user", "content": prompt}]
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+@torch.inference_mode()
+def generate_batch(model, prompts: list[list[int]], max_new: int, temperature: float, top_k: int,
+                   eos_id: int, pad_id: int, generator: torch.Generator | None = None) -> list[dict]:
+    """Answer a batch of prompts (token id lists) with the target; returns one record per prompt.
+
+    temperature 0 ⇒ greedy. Left padding keeps each row's last prompt token at the same column; position
+    ids count only real tokens so a padded row sees exactly what it would see alone.
+    """
+    if temperature < 0:
+        raise ValueError(f"temperature must be ≥ 0, got {temperature}")
+    b = len(prompts)
+    width = max(len(p) for p in prompts)
+    ids = torch.full((b, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((b, width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p)
+        mask[i, width - len(p):] = 1
+    pos = (mask.cumsum(1) - 1).clamp(min=0)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+    past = out.past_key_values
+    logits = out.logits[:, -1].float()
+    last_pos = pos[:, -1]
+    done = torch.zeros(b, dtype=torch.bool)
+    answers, tops_i, tops_v = [], [], []
+    for _ in range(max_new):
+        v, ix = logits.topk(top_k, dim=-1)
+        if temperature == 0:
+            nxt = logits.argmax(-1)
+        else:
+            probs = torch.softmax(logits / temperature, dim=-1)
+            nxt = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
+        answers.append(nxt)
+        tops_i.append(ix.to(torch.int32))
+        tops_v.append(v.to(torch.float16))
+        done = done | (nxt == eos_id)
+        if bool(done.all()):
+            break
+        mask = torch.cat([mask, torch.ones((b, 1), dtype=torch.long)], dim=1)
+        last_pos = last_pos + 1
+        out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=last_pos[:, None],
+                    past_key_values=past, use_cache=True)
+        past = out.past_key_values
+        logits = out.logits[:, -1].float()
+    ans = torch.stack(answers, 1)
+    ti = torch.stack(tops_i, 1)
+    tv = torch.stack(tops_v, 1)
+    records = []
+    for i, p in enumerate(prompts):
+        row = ans[i]
+        ends = (row == eos_id).nonzero()
+        n = int(ends[0]) + 1 if len(ends) else len(row)
+        records.append({"prompt": torch.tensor(p, dtype=torch.long), "answer": row[:n].clone(),
+                        "top_ids": ti[i, :n].clone(), "top_logits": tv[i, :n].clone()})
+    return records
+
+
+def build_dataset(target_dir: Path, cache_dir: Path, spec: DataSpec) -> list[dict]:
+    """Generate (or load from `cache_dir`) the distillation records for `spec`; deterministic in spec."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if spec.batch <= 0 or spec.max_new <= 0 or spec.top_k <= 0:
+        raise ValueError(f"batch, max_new and top_k must be positive, got {spec}")
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(target_dir))
+    prompts = training_prompts(spec.n_greedy + spec.n_sampled, seed=spec.seed)
+    jobs = [(p, 0.0) for _, p in prompts[: spec.n_greedy]] + [
+        (p, spec.temperature) for _, p in prompts[spec.n_greedy:]
+    ]
+    # Similar lengths share a batch (less padding); the order is fixed by the spec, not by the cache.
+    ids = [chat_ids(tokenizer, p) for p, _ in jobs]
+    order = sorted(range(len(jobs)), key=lambda j: (jobs[j][1], len(ids[j]), j))
+    batches = [order[i: i + spec.batch] for i in range(0, len(order), spec.batch)]
+    tag = f"g{spec.n_greedy}_s{spec.n_sampled}_t{spec.temperature}_n{spec.max_new}_k{spec.top_k}_b{spec.batch}_seed{spec.seed}"
+    model = None
+    records: list[dict] = []
+    t0 = time.time()
+    bar = tqdm(batches, desc="target answers", unit="batch")
+    for bi, members in enumerate(bar):
+        path = cache_dir / f"{tag}_batch_{bi:04d}.pt"
+        if path.is_file():
+            recs = torch.load(path)
+        else:
+            if model is None:
+                model = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
+            temp = jobs[members[0]][1]
+            gen = torch.Generator().manual_seed(spec.seed * 100_003 + bi)
+            recs = generate_batch(model, [ids[j] for j in members], spec.max_new, temp, spec.top_k,
+                                  tokenizer.eos_token_id, tokenizer.pad_token_id, gen)
+            for r, j in zip(recs, members):
+                r["temperature"] = temp
+                r["prompt_text"] = jobs[j][0]
+            tmp = path.with_suffix(".tmp")
+            torch.save(recs, tmp)
+            tmp.rename(path)
+        records.extend(recs)
+        n_tok = sum(len(r["answer"]) for r in records)
+        bar.set_postfix(tokens=n_tok, tok_s=f"{n_tok / max(time.time() - t0, 1e-9):.0f}")
+    return records

@@ -1,0 +1,220 @@
+"""Evaluate a draft against the target: acceptance, cost, size.
+
+    python -m sglang_ssd.models.draft_eval --target models/target --draft models/draft \\
+        [--prompts held-out|train] [--max-new 96] [--json out.json]
+
+Measures, on the 40 hand-written held-out prompts (or, labelled, on training prompts):
+- Greedy acceptance: along the target's greedy continuation, the rate at which the draft's argmax equals
+  the target's next token (per-token α). With greedy verification a chain round accepts exactly the run
+  of agreements from its start (the draft's proposals follow the target's own prefix until the first
+  disagreement), so chain SD with K drafted tokens is replayed exactly from these agreements: reported as
+  mean tokens per round E_K (accepted + bonus) and α_chain,K = accepted / proposed.
+- T = 0.7: along target samples at T = 0.7, the expected acceptance Σ_v min(p, q) with p, q the target's
+  and draft's softmax(logits / 0.7) (p truncated to its top 256 entries; the bound on what that drops is
+  reported).
+- Cost: wall and CPU ms of one single-token forward with KV cache at batch 1, one thread, context of the
+  same length for both models, the two models timed alternately; medians.
+- Parameter counts (all, and those read per token: the embedding lookup reads one row) and file sizes.
+Target continuations are cached under models/draft_data/ (they do not depend on the draft).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from sglang_ssd.models.draft_data import chat_ids, generate_batch
+from sglang_ssd.models.draft_model import load_draft
+from sglang_ssd.models.draft_prompts import held_out_prompts, training_prompts
+
+P_TOP = 256
+
+
+def chain_replay(agree: list[bool], k: int) -> tuple[int, int, int]:
+    """Greedy chain SD with `k` drafted tokens per round over one continuation whose per-position
+    draft/target agreement is `agree`; returns (rounds, accepted, emitted tokens)."""
+    if k <= 0:
+        raise ValueError(f"k must be positive, got {k}")
+    i = rounds = accepted = 0
+    n = len(agree)
+    while i < n:
+        run = 0
+        while run < k and i + run < n and agree[i + run]:
+            run += 1
+        rounds += 1
+        accepted += run
+        i += run + 1
+    return rounds, accepted, n
+
+
+@torch.inference_mode()
+def target_references(target, tokenizer, prompts: list[str], max_new: int, temperature: float,
+                      cache_dir: Path) -> list[dict]:
+    """Target continuations of `prompts` (greedy if temperature is 0, else seeded samples), cached; for
+    sampled ones also the target's top-256 probabilities at T along the sample."""
+    key = hashlib.sha256(json.dumps([prompts, max_new, temperature]).encode()).hexdigest()[:16]
+    path = cache_dir / f"eval_ref_{key}.pt"
+    if path.is_file():
+        return torch.load(path)
+    ids = [chat_ids(tokenizer, p) for p in prompts]
+    gen = torch.Generator().manual_seed(1234)
+    refs = []
+    for i in tqdm(range(0, len(ids), 20), desc=f"target refs T={temperature}"):
+        refs += generate_batch(target, ids[i: i + 20], max_new, temperature, 1, tokenizer.eos_token_id,
+                               tokenizer.pad_token_id, gen)
+    if temperature > 0:
+        for r in tqdm(refs, desc="target teacher-forced"):
+            x = torch.cat([r["prompt"], r["answer"]])[None]
+            logits = target(input_ids=x).logits[0, len(r["prompt"]) - 1: -1].float()
+            p = torch.softmax(logits / temperature, dim=-1)
+            v, ix = p.topk(P_TOP, dim=-1)
+            r["p_ids"], r["p_vals"] = ix, v
+    for r in refs:
+        r.pop("top_ids"), r.pop("top_logits")
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    torch.save(refs, path)
+    return refs
+
+
+@torch.inference_mode()
+def draft_logits(draft, r: dict) -> torch.Tensor:
+    """Draft's full-vocabulary logits [N, V] at the positions that predict r['answer']."""
+    x = torch.cat([r["prompt"], r["answer"]])[None]
+    return draft(input_ids=x).logits[0, len(r["prompt"]) - 1: -1].float()
+
+
+def greedy_stats(draft, refs: list[dict], ks=(4, 5, 6, 7)) -> dict:
+    agrees = [(draft_logits(draft, r).argmax(-1) == r["answer"]).tolist() for r in refs]
+    flat = [a for ag in agrees for a in ag]
+    out = {"alpha_per_token": sum(flat) / len(flat), "positions": len(flat)}
+    for k in ks:
+        rounds = acc = 0
+        for ag in agrees:
+            r, a, _ = chain_replay(ag, k)
+            rounds, acc = rounds + r, acc + a
+        out[f"E_K{k}"] = (acc + rounds) / rounds
+        out[f"alpha_chain_K{k}"] = acc / (k * rounds)
+    return out
+
+
+def sampled_stats(draft, refs: list[dict], temperature: float) -> dict:
+    total = dropped = 0.0
+    worst = 0.0
+    n = 0
+    for r in refs:
+        q = torch.softmax(draft_logits(draft, r) / temperature, dim=-1)
+        qv = q.gather(-1, r["p_ids"])
+        total += torch.minimum(r["p_vals"], qv).sum().item()
+        miss = 1 - r["p_vals"].sum(-1)
+        dropped += miss.sum().item()
+        worst = max(worst, miss.max().item())
+        n += len(r["answer"])
+    return {"alpha_expected": total / n, "positions": n, "p_mass_outside_top256_mean": dropped / n,
+            "p_mass_outside_top256_max": worst}
+
+
+@torch.inference_mode()
+def forward_cost(target, draft, context: list[int], steps: int = 12, reps: int = 5) -> dict:
+    """Median wall/CPU ms of one single-token KV-cached forward (batch 1), models timed alternately."""
+    def session(model):
+        x = torch.tensor([context])
+        out = model(input_ids=x, use_cache=True, logits_to_keep=1)
+        return out.past_key_values, len(context)
+
+    samples = {"target": ([], []), "draft": ([], [])}
+    for _ in range(reps):
+        for name, model in (("target", target), ("draft", draft)):
+            past, pos = session(model)
+            tok = torch.tensor([[context[-1]]])
+            for _ in range(steps):
+                w, c = time.perf_counter(), time.process_time()
+                out = model(input_ids=tok, past_key_values=past, use_cache=True,
+                            position_ids=torch.tensor([[pos]]))
+                samples[name][0].append((time.perf_counter() - w) * 1e3)
+                samples[name][1].append((time.process_time() - c) * 1e3)
+                past, pos = out.past_key_values, pos + 1
+                tok = out.logits[:, -1:].argmax(-1)
+    res = {}
+    for name, (wall, cpu) in samples.items():
+        res[f"{name}_ms_wall"] = statistics.median(wall)
+        res[f"{name}_ms_cpu"] = statistics.median(cpu)
+    res["cost_ratio_wall"] = res["draft_ms_wall"] / res["target_ms_wall"]
+    res["cost_ratio_cpu"] = res["draft_ms_cpu"] / res["target_ms_cpu"]
+    res["context_tokens"] = len(context)
+    return res
+
+
+def param_counts(model) -> dict:
+    total = sum(p.numel() for p in model.parameters())
+    emb = model.model.embed_tokens.weight.numel()
+    head = model.lm_head.weight
+    tied = head is model.model.embed_tokens.weight
+    # Read per token: all weights but the embedding table (one row is read); a tied head reads it whole.
+    read = total - emb + (emb if tied else 0)
+    return {"params_total": total, "params_read_per_token": read, "head_rows": head.shape[0]}
+
+
+def evaluate(target_dir: Path, draft_dir: Path, which: str, max_new: int, cache_dir: Path) -> dict:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(1)
+    tokenizer = AutoTokenizer.from_pretrained(str(target_dir))
+    target = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
+    draft = load_draft(draft_dir)
+    if which == "held-out":
+        prompts = [p for _, p in held_out_prompts()]
+    elif which == "train":
+        prompts = [p for _, p in training_prompts(40, seed=0)]
+    else:
+        raise ValueError(f"which must be 'held-out' or 'train', got {which!r}")
+    report: dict = {"prompts": which, "n_prompts": len(prompts), "max_new": max_new,
+                    "greedy_measure": "next-token argmax agreement along the target's greedy continuation; "
+                                      "E_K / alpha_chain_K replay greedy chain SD exactly"}
+    greedy_refs = target_references(target, tokenizer, prompts, max_new, 0.0, cache_dir)
+    report["greedy"] = greedy_stats(draft, greedy_refs)
+    sampled_refs = target_references(target, tokenizer, prompts, max_new, 0.7, cache_dir)
+    report["t0.7"] = sampled_stats(draft, sampled_refs, 0.7)
+    ctx = torch.cat([greedy_refs[0]["prompt"], greedy_refs[0]["answer"]]).tolist()
+    ctx = (ctx * 4)[:200]
+    report["cost"] = forward_cost(target, draft, ctx)
+    report["draft_params"] = param_counts(draft)
+    report["target_params"] = param_counts(target)
+    report["draft_params"]["read_ratio"] = (report["draft_params"]["params_read_per_token"]
+                                            / report["target_params"]["params_read_per_token"])
+    report["files_MB"] = {"draft_folder_model": (draft_dir / "model.safetensors").stat().st_size / 1e6}
+    c = report["cost"]["cost_ratio_wall"]
+    report["speedup_model"] = {
+        f"K{k}": {"E": report["greedy"][f"E_K{k}"],
+                  "E_over_1_plus_Kc": report["greedy"][f"E_K{k}"] / (1 + k * c),
+                  "E_over_1_plus_c": report["greedy"][f"E_K{k}"] / (1 + c)}
+        for k in (4, 5, 6, 7)}
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", type=Path, default=Path("models/target"))
+    ap.add_argument("--draft", type=Path, default=Path("models/draft"))
+    ap.add_argument("--prompts", choices=["held-out", "train"], default="held-out")
+    ap.add_argument("--max-new", type=int, default=96)
+    ap.add_argument("--cache", type=Path, default=Path("models/draft_data"))
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    report = evaluate(args.target, args.draft, args.prompts, args.max_new, args.cache)
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,271 @@
+"""Train the draft model: the deterministic script that produced the shipped weights.
+
+    python -m sglang_ssd.models.draft_train --target models/target \\
+        [--data models/draft_data] [--layers 0,1,28,29] [--vocab 8192] [--freeze head,attn] [--steps N] \\
+        [--out sglang_ssd/models/weights/draft_weights.safetensors]
+
+Pipeline (one thread, fixed seeds; the same arguments give the same weights):
+1. Data (draft_data.py): the target answers training prompts of four kinds (chat/instructions,
+   arithmetic word problems, code, opinion/feedback) through its chat template, greedy and at T = 0.7,
+   batched; its top-32 logits at every answer position are kept. Cached under --data, so a rerun (or an
+   interrupted run) skips what is done.
+2. Draft: the target's embedding (frozen: the draft's lookup costs nothing and keeps the vocabulary),
+   the target layers named by --layers as the initial student layers, the target's final norm, and a head
+   over the --vocab most frequent answer tokens (rows start as the target's tied embedding rows).
+   --freeze keeps parts as exact target copies (head rows, attention, MLP): not trained, not shipped.
+3. Distillation, teacher-forced on prompt + answer: cross-entropy between the target's top-k
+   distribution restricted to the head's subset and the draft's distribution, on answer positions only.
+   AdamW, linear warm-up then cosine decay, bf16 autocast matmuls (fp32 master weights).
+4. Writes every trained tensor (layers, norm, head, token ids) in bf16 to --out; the embedding is not
+   written (draft_build.py takes it from the target).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from sglang_ssd.models.draft_data import DataSpec, build_dataset
+from sglang_ssd.models.draft_model import DRAFT_TOKEN_IDS, HEAD_FROM_EMBEDDING, SubsetHead, draft_config
+
+DEFAULT_OUT = Path(__file__).parent / "weights" / "draft_weights.safetensors"
+
+
+def choose_vocab(records: list[dict], size: int, vocab_size: int, must: list[int]) -> torch.Tensor:
+    """Head subset (int64 [size]): `must` ids, then answer tokens by frequency, then tokens seen in the
+    target's top-5, then the lowest ids (BPE merge order, a proxy for corpus frequency)."""
+    if not 0 < size <= vocab_size:
+        raise ValueError(f"size must be in (0, {vocab_size}], got {size}")
+    answers = Counter()
+    tops = Counter()
+    for r in records:
+        answers.update(r["answer"].tolist())
+        tops.update(r["top_ids"][:, :5].reshape(-1).tolist())
+    order: list[int] = []
+    seen: set[int] = set()
+    ranked = (list(must) + [t for t, _ in sorted(answers.items(), key=lambda kv: (-kv[1], kv[0]))]
+              + [t for t, _ in sorted(tops.items(), key=lambda kv: (-kv[1], kv[0]))] + list(range(vocab_size)))
+    for t in ranked:
+        if t not in seen:
+            seen.add(t)
+            order.append(t)
+        if len(order) == size:
+            break
+    return torch.tensor(order, dtype=torch.long)
+
+
+FREEZE_GROUPS = ("head", "attn", "mlp")
+
+
+def build_student(target, layers: list[int], token_ids: torch.Tensor, freeze: tuple[str, ...] = ()):
+    """A `LlamaForCausalLM` with len(layers) decoder layers copied from `target`, the target's (frozen)
+    embedding and final norm, and a `SubsetHead` whose rows are the target's embedding rows.
+
+    `freeze` names parts kept as exact target copies (not trained, not shipped; draft_build.py copies
+    them from the target): "head" (rows stay the tied embedding's), "attn" (attention and its input
+    norm), "mlp" (MLP and its input norm). Returns (student, config dict, {student key: target key}).
+    """
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    n_target = target.config.num_hidden_layers
+    if not layers or any(not 0 <= i < n_target for i in layers):
+        raise ValueError(f"layers must be indices in [0, {n_target}), got {layers}")
+    if any(f not in FREEZE_GROUPS for f in freeze):
+        raise ValueError(f"freeze must name groups among {FREEZE_GROUPS}, got {freeze}")
+    cfg = draft_config(target.config.to_dict(), len(layers), len(token_ids), layers)
+    config = LlamaConfig(**{k: v for k, v in cfg.items() if k != "draft_vocab_size"})
+    torch.manual_seed(0)
+    student = LlamaForCausalLM(config)
+    student.model.embed_tokens.weight.data.copy_(target.model.embed_tokens.weight.data)
+    student.model.embed_tokens.weight.requires_grad_(False)
+    copies: dict[str, str] = {}
+    for j, i in enumerate(layers):
+        student.model.layers[j].load_state_dict(target.model.layers[i].state_dict())
+        for name, param in student.model.layers[j].named_parameters():
+            group = "attn" if name.startswith(("self_attn.", "input_layernorm.")) else "mlp"
+            if group in freeze:
+                param.requires_grad_(False)
+                copies[f"model.layers.{j}.{name}"] = f"model.layers.{i}.{name}"
+    student.model.norm.load_state_dict(target.model.norm.state_dict())
+    emb = target.model.embed_tokens.weight.data
+    student.lm_head = SubsetHead(emb[token_ids].clone(), token_ids, config.vocab_size)
+    if "head" in freeze:
+        student.lm_head.weight.requires_grad_(False)
+        copies["lm_head.weight"] = HEAD_FROM_EMBEDDING
+    return student, cfg, copies
+
+
+def make_examples(records: list[dict], token_ids: torch.Tensor, vocab_size: int) -> list[dict]:
+    """Per record: `ids` (prompt + answer[:-1]), `start` (first position predicting an answer token),
+    teacher top-k mapped to head rows `rows` (int64 [N, k], −1 outside the subset) and `logits`."""
+    row_of = torch.full((vocab_size,), -1, dtype=torch.long)
+    row_of[token_ids] = torch.arange(len(token_ids))
+    out = []
+    for r in records:
+        ids = torch.cat([r["prompt"], r["answer"][:-1]])
+        out.append({"ids": ids, "start": len(r["prompt"]) - 1, "rows": row_of[r["top_ids"].long()],
+                    "logits": r["top_logits"].float()})
+    return out
+
+
+def collate(batch: list[dict], pad_id: int):
+    """Right-padded batch: ids/attention [B, T]; teacher rows/logits [B, T, k] (rows −1 = no loss)."""
+    width = max(len(e["ids"]) for e in batch)
+    k = batch[0]["rows"].shape[1]
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    att = torch.zeros((len(batch), width), dtype=torch.long)
+    rows = torch.full((len(batch), width, k), -1, dtype=torch.long)
+    logits = torch.zeros((len(batch), width, k))
+    for b, e in enumerate(batch):
+        n = len(e["ids"])
+        ids[b, :n] = e["ids"]
+        att[b, :n] = 1
+        s = e["start"]
+        rows[b, s: s + len(e["rows"])] = e["rows"]
+        logits[b, s: s + len(e["rows"])] = e["logits"]
+    return ids, att, rows, logits
+
+
+def distill_loss(sub_logits: torch.Tensor, rows: torch.Tensor, t_logits: torch.Tensor,
+                 hard_weight: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Soft cross-entropy to the teacher's top-k restricted to the subset (+ hard CE on its argmax).
+
+    sub_logits [B, T, V_sub]; rows [B, T, k] (−1 = not in subset / no target); t_logits [B, T, k].
+    Returns (loss, top-1 agreement rate on positions whose teacher argmax is in the subset).
+    """
+    valid = rows >= 0
+    pos = valid.any(-1)
+    logq = torch.log_softmax(sub_logits.float(), dim=-1)
+    gathered = logq.gather(-1, rows.clamp(min=0))
+    p = torch.softmax(t_logits.masked_fill(~valid, float("-inf")), dim=-1).nan_to_num(0.0)
+    soft = -(p * gathered).sum(-1)
+    loss = soft[pos].mean()
+    top_ok = pos & (rows[..., 0] >= 0)
+    if hard_weight > 0:
+        loss = loss + hard_weight * (-gathered[..., 0][top_ok]).mean()
+    agree = (sub_logits.argmax(-1) == rows[..., 0])[top_ok].float().mean()
+    return loss, agree
+
+
+def train(args) -> dict:
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(1)
+    random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    t_start, cpu_start = time.time(), time.process_time()
+    spec = DataSpec(n_greedy=args.n_greedy, n_sampled=args.n_sampled, max_new=args.max_new, seed=args.seed)
+    records = build_dataset(args.target, args.data, spec)
+    data_wall, data_cpu = time.time() - t_start, time.process_time() - cpu_start
+    target = AutoModelForCausalLM.from_pretrained(str(args.target), dtype=torch.float32)
+    eos = int(target.config.eos_token_id)
+    token_ids = choose_vocab(records, args.vocab, target.config.vocab_size, must=[eos])
+    covered = torch.zeros(target.config.vocab_size, dtype=torch.bool)
+    covered[token_ids] = True
+    answer_cov = torch.cat([covered[r["answer"]] for r in records]).float().mean().item()
+    student, cfg, copies = build_student(target, args.layers, token_ids, tuple(args.freeze))
+    del target
+    examples = make_examples(records, token_ids, cfg["vocab_size"])
+    rng = random.Random(args.seed)
+    params = [p for p in student.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.98), weight_decay=0.0)
+    warm = max(1, args.steps // 20)
+
+    def lr_at(step: int) -> float:
+        if step < warm:
+            return args.lr * (step + 1) / warm
+        return args.lr * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, args.steps - warm)))
+
+    student.train()
+    order: list[int] = []
+    bar = tqdm(range(args.steps), desc="distill", unit="step")
+    ema_loss = ema_agree = None
+    for step in bar:
+        if len(order) < args.batch:
+            perm = list(range(len(examples)))
+            rng.shuffle(perm)
+            order.extend(perm)
+        batch = [examples[i] for i in order[: args.batch]]
+        del order[: args.batch]
+        ids, att, rows, t_logits = collate(batch, eos)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            hidden = student.model(input_ids=ids, attention_mask=att).last_hidden_state
+            sub = student.lm_head.sub_logits(hidden)
+        loss, agree = distill_loss(sub, rows, t_logits, args.hard_weight)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        ema_loss = loss.item() if ema_loss is None else 0.95 * ema_loss + 0.05 * loss.item()
+        ema_agree = agree.item() if ema_agree is None else 0.95 * ema_agree + 0.05 * agree.item()
+        bar.set_postfix(loss=f"{ema_loss:.3f}", top1=f"{ema_agree:.3f}", lr=f"{lr_at(step):.1e}")
+    wall, cpu = time.time() - t_start, time.process_time() - cpu_start
+    save_weights(student, cfg, copies, args.out)
+    report = {
+        "layers": args.layers, "vocab": args.vocab, "freeze": args.freeze,
+        "trained_params": sum(p.numel() for p in params), "steps": args.steps, "batch": args.batch, "lr": args.lr,
+        "records": len(records), "answer_tokens": int(sum(len(r["answer"]) for r in records)),
+        "answer_coverage_of_head": round(answer_cov, 4), "final_train_top1_ema": round(ema_agree, 4),
+        "final_loss_ema": round(ema_loss, 4), "data_wall_s": round(data_wall), "data_cpu_s": round(data_cpu),
+        "total_wall_s": round(wall), "total_cpu_s": round(cpu), "out": str(args.out),
+    }
+    args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def save_weights(student, cfg: dict, copies: dict[str, str], out: Path) -> None:
+    """bf16 safetensors of the trained tensors (not the embedding, not the frozen target copies); the
+    metadata carries the draft config and the {student key: target key} copies draft_build.py fills in."""
+    from safetensors.torch import save_file
+
+    tensors = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in student.state_dict().items()
+               if (k.startswith(("model.layers.", "model.norm.")) or k == "lm_head.weight") and k not in copies}
+    tensors[DRAFT_TOKEN_IDS] = student.lm_head.token_ids.clone()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out), metadata={"draft_config": json.dumps(cfg), "target_copies": json.dumps(copies)})
+
+
+def parse_args(argv: list[str] | None = None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", type=Path, default=Path("models/target"))
+    ap.add_argument("--data", type=Path, default=Path("models/draft_data"))
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--layers", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 28, 29])
+    ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=5e-4)
+    ap.add_argument("--freeze", type=lambda s: [x for x in s.split(",") if x], default=[],
+                    help=f"comma list of parts kept as target copies: {','.join(FREEZE_GROUPS)}")
+    ap.add_argument("--hard-weight", type=float, default=0.0)
+    ap.add_argument("--no-bf16", dest="bf16", action="store_false")
+    ap.add_argument("--n-greedy", type=int, default=DataSpec.n_greedy)
+    ap.add_argument("--n-sampled", type=int, default=DataSpec.n_sampled)
+    ap.add_argument("--max-new", type=int, default=DataSpec.max_new)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    if args.steps <= 0 or args.batch <= 0 or args.lr <= 0:
+        raise ValueError("--steps, --batch and --lr must be positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    report = train(args)
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
