@@ -51,3 +51,42 @@ def snapshot() -> dict:
         out["ssd_budget"] = w.config.budget
         out["ssd_mode"] = w.config.mode
     return out
+
+
+# ---- exporters ------------------------------------------------------------------------------------
+INTERNAL_STATE_TARGET = (
+    "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController._add_speculative"
+)
+
+
+def add_to_internal_state(result, controller, state, *args, **kwargs):
+    """AFTER hook: SSD counters appear in `/server_info` → `internal_states[i]`."""
+    state.update(snapshot())
+    return result
+
+
+_GAUGES: dict = {}
+
+
+def export_prometheus() -> None:
+    """Set `sglang:ssd_*` gauges (scraped from `/metrics` when the server runs with --enable-metrics)."""
+    try:
+        from prometheus_client import Gauge
+    except ImportError:
+        return
+    for name, value in snapshot().items():
+        if not isinstance(value, int | float):
+            continue
+        gauge = _GAUGES.get(name)
+        if gauge is None:
+            gauge = Gauge(f"sglang:{name}", f"SSD: {name.removeprefix('ssd_').replace('_', ' ')}",
+                          multiprocess_mode="mostrecent")
+            _GAUGES[name] = gauge
+        gauge.set(value)
+
+
+def register_hooks() -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    if not any(h is add_to_internal_state for _, h, _ in HookRegistry._hooks.get(INTERNAL_STATE_TARGET, [])):
+        HookRegistry.register(INTERNAL_STATE_TARGET, add_to_internal_state, HookType.AFTER)

@@ -9,12 +9,14 @@ def register_ssd() -> None:
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
     from sglang.srt.speculative.spec_registry import get_spec
 
+    from sglang_ssd.sglang import metrics
     from sglang_ssd.sglang.spec_algo import SSDSpecAlgo, validate_server_args, worker_factory
 
     if get_spec("SSD") is None:
         SpeculativeAlgorithm.register(
             "SSD", supports_overlap=False, validate_server_args=validate_server_args, spec_class=SSDSpecAlgo
         )(worker_factory)
+    metrics.register_hooks()
 
 
 def load() -> None:

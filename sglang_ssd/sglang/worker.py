@@ -56,6 +56,7 @@ class SSDWorker(BaseSpecWorker):
         self.link = DraftLink(self.config)
         self.pending: dict[str, Speculation] = {}
         self.stats = metrics.SSDStats()
+        self.enable_metrics = bool(getattr(server_args, "enable_metrics", False))
         metrics.register_worker(self)
         logger.info("SSD worker: K=%d, draft servers %s, mode %s", self.k, self.config.draft_endpoints,
                     self.config.mode)
@@ -198,6 +199,8 @@ class SSDWorker(BaseSpecWorker):
             num_draft=proposal.num_draft.tolist(), accepted=k_list, verify_s=t_verified - t_verify,
             link_s=t1 - t_link, total_s=t1 - t0,
         )
+        if self.enable_metrics and self.stats.rounds % 16 == 0:
+            metrics.export_prometheus()
         return self._result(logits_output, accept_tokens, accept_tokens, accept_lens, new_seq_lens,
                             result.can_run_cuda_graph)
 
