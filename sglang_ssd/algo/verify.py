@@ -156,7 +156,7 @@ def verify_chain_probs(
     kernel = None
     if backend != "torch":
         usable = (
-            target_probs.is_cuda
+            (target_probs.is_cuda or backend == "flashinfer")
             and num_draft is None
             and uniforms is None
             and (generator is None or isinstance(generator, torch.Generator))
@@ -164,7 +164,7 @@ def verify_chain_probs(
         kernel = _flashinfer_kernel() if usable else None
         if backend == "flashinfer" and kernel is None:
             raise ValueError(
-                "backend='flashinfer' needs CUDA tensors, flashinfer importable, one generator at most, "
+                "backend='flashinfer' needs flashinfer importable, one generator at most, "
                 "and no num_draft / uniforms"
             )
     if kernel is not None:
@@ -221,14 +221,14 @@ def _chain_torch(p, draft_tokens, q, deterministic, num_draft, u) -> ChainVerify
     if num > 0:
         # Residual at the rejection position; it is only used where a rejection happened.
         kk = k.clamp(max=num - 1)
-        s_k = s[rows, kk]
-        point = p_k.scatter(-1, s_k[:, None], 0.0)  # p − δ_x, clipped
+        if q is None or deterministic is not None:
+            point = p_k.scatter(-1, s[rows, kk][:, None], 0.0)  # max(p − δ_x, 0): p without x
         if q is None:
             resid = point
         else:
-            resid = (
-                q[rows, kk].subtract_from(p_k) if isinstance(q, SparseProbs) else p_k - q[rows, kk].float()
-            ).clamp_min(0.0)
+            q_k = q[rows, kk]
+            diff = q_k.subtract_from(p_k) if isinstance(q, SparseProbs) else p_k - q_k.float()
+            resid = diff.clamp_min(0.0)
             if deterministic is not None:
                 resid = torch.where(deterministic[:, None], point, resid)
         full = k == (num if num_draft is None else num_draft)
@@ -343,24 +343,29 @@ def _check_chain(p, s, q, greedy, deterministic, num_draft, uniforms, *, check, 
         raise ValueError(f"draft_tokens has token ids outside the vocabulary [0, {vocab})")
     if not target_checked:
         check_probs(p, "target_probs")
-    if isinstance(q, SparseProbs):
-        q.validate("draft_probs")
-    elif q is not None:
-        check_probs(q, "draft_probs")
     if (
         num_draft is not None
         and num_draft.numel()
         and (int(num_draft.min()) < 0 or int(num_draft.max()) > num)
     ):
         raise ValueError(f"num_draft must be in [0, {num}]")
-    if q is not None and s.numel():
-        # A sampled token must lie in the support of the distribution it was sampled from.
-        sampled = torch.ones(batch, dtype=torch.bool, device=s.device)
-        for t in (greedy, deterministic):
-            if t is not None:
-                sampled &= ~t
-        live = torch.ones_like(s, dtype=torch.bool)
-        if num_draft is not None:
-            live = torch.arange(num, device=s.device) < num_draft[:, None]
-        if bool(((_prob_of(q, s.long()) <= 0) & live & sampled[:, None]).any()):
-            raise ValueError("draft_probs gives probability 0 to a draft token it should have produced")
+    if q is None or not s.numel():
+        return
+    # Only positions whose token was sampled from q must carry a distribution (greedy and point-mass
+    # rows ignore q; positions past num_draft are not drafts).
+    used = torch.ones_like(s, dtype=torch.bool)
+    for t in (greedy, deterministic):
+        if t is not None:
+            used &= ~t[:, None]
+    if num_draft is not None:
+        used &= torch.arange(num, device=s.device) < num_draft[:, None]
+    if isinstance(q, SparseProbs):
+        q_used = SparseProbs(q.indices[used], q.probs[used], q.vocab_size)
+        q_used.validate("draft_probs")
+        q_s = q_used.prob_of(s[used])
+    else:
+        check_probs(q[used], "draft_probs")
+        q_s = q[used].gather(-1, s[used].long()[:, None]).squeeze(-1)
+    # A sampled token must lie in the support of the distribution it was sampled from.
+    if bool((q_s <= 0).any()):
+        raise ValueError("draft_probs gives probability 0 to a draft token it should have produced")

@@ -1,0 +1,203 @@
+"""Speedup model (paper Theorem 7, Corollary 9, Theorem 17) and the per-round backup choice.
+
+Latencies are in units of one verification (T_v = 1): T_p is the primary speculator's time per round
+(the pre-speculation tree), T_b the backup's. E_hit / E_miss are the tokens a request emits per round
+(bonus included) when its speculation came from the cache / from the backup.
+
+- Theorem 7:  SSD/AR = [p_hit·E_hit + (1−p_hit)·E_miss] / [p_hit·max(1, T_p) + (1−p_hit)·(1 + T_b)]
+- SD/AR = E_SD / (1 + T_SD); Corollary 9: SSD/SD ≤ (1 + T_SD)·E_hit / E_SD
+- Theorem 17 (batch b): the round waits for its slowest request, so the round is stall-free only when
+  all b requests hit (probability p_hit^b). Neural backup: E_miss high, T_b ≈ T_p; fast backup:
+  E_miss ≈ 1, T_b ≈ 0 ⇒ neural below some b*, fast above.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+BackupKind = Literal["neural", "fast"]
+
+
+def expected_tokens(alpha: float, K: int) -> float:
+    """E = (1 − α^{K+1}) / (1 − α): tokens per round, bonus included."""
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    if alpha == 1.0:
+        return float(K + 1)
+    return (1.0 - alpha ** (K + 1)) / (1.0 - alpha)
+
+
+def _check_p(p_hit: float) -> None:
+    if not 0.0 <= p_hit <= 1.0:
+        raise ValueError(f"p_hit must be in [0, 1], got {p_hit}")
+
+
+def ssd_speedup(p_hit: float, E_hit: float, E_miss: float, T_p: float, T_b: float) -> float:
+    """Theorem 7: SSD's speedup over autoregressive decoding (one request)."""
+    _check_p(p_hit)
+    tokens = p_hit * E_hit + (1.0 - p_hit) * E_miss
+    time = p_hit * max(1.0, T_p) + (1.0 - p_hit) * (1.0 + T_b)
+    return tokens / time
+
+
+def sd_speedup(E_sd: float, T_sd: float) -> float:
+    """Synchronous SD over AR: the draft (T_SD) and the verification (1) take turns."""
+    return E_sd / (1.0 + T_sd)
+
+
+def ssd_over_sd_bound(T_sd: float, E_hit: float, E_sd: float) -> float:
+    """Corollary 9: SSD/SD ≤ (1 + T_SD)·E_hit / E_SD."""
+    return (1.0 + T_sd) * E_hit / E_sd
+
+
+def batch_ssd_speedup(
+    p_hit: float,
+    batch_size: int,
+    E_hit: float,
+    E_miss: float,
+    T_p: float,
+    T_b: float,
+    *,
+    whole_batch_backup: bool = False,
+) -> float:
+    """Theorem 17: per-request speedup over AR for a batch of ``batch_size`` requests.
+
+    Time: the round is max(1, T_p) if every request hits (p_hit^b), else 1 + T_b. Tokens: each request
+    emits E_hit or E_miss on its own hit or miss — or, with ``whole_batch_backup`` (the reference
+    engine: one miss re-drafts the whole batch), E_hit only when all hit, i.e. Theorem 7 with p_hit^b.
+    """
+    _check_p(p_hit)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be ≥ 1, got {batch_size}")
+    all_hit = p_hit**batch_size
+    p_tokens = all_hit if whole_batch_backup else p_hit
+    tokens = p_tokens * E_hit + (1.0 - p_tokens) * E_miss
+    time = all_hit * max(1.0, T_p) + (1.0 - all_hit) * (1.0 + T_b)
+    return tokens / time
+
+
+@dataclass(frozen=True)
+class BackupOption:
+    """A backup drafter: tokens per round on a miss and latency (units of T_v)."""
+
+    E_miss: float
+    T_b: float
+
+
+def crossover_batch(
+    p_hit: float,
+    E_hit: float,
+    T_p: float,
+    neural: BackupOption,
+    fast: BackupOption,
+    *,
+    max_batch: int = 4096,
+    whole_batch_backup: bool = False,
+) -> int | None:
+    """b*: the smallest batch size at which the fast backup is at least as fast as the neural one."""
+    for b in range(1, max_batch + 1):
+        sn = batch_ssd_speedup(
+            p_hit, b, E_hit, neural.E_miss, T_p, neural.T_b, whole_batch_backup=whole_batch_backup
+        )
+        sf = batch_ssd_speedup(
+            p_hit, b, E_hit, fast.E_miss, T_p, fast.T_b, whole_batch_backup=whole_batch_backup
+        )
+        if sf >= sn:
+            return b
+    return None
+
+
+@dataclass
+class Ewma:
+    """Exponentially weighted mean that starts at a prior worth ``prior_weight`` observations."""
+
+    value: float
+    decay: float = 0.98
+    prior_weight: float = 1.0
+    weight: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.weight = self.prior_weight
+
+    def update(self, x: float, n: float = 1.0) -> None:
+        """Fold in ``n`` observations whose mean is ``x``."""
+        if n <= 0:
+            return
+        self.weight *= self.decay**n
+        self.value = (self.weight * self.value + n * x) / (self.weight + n)
+        self.weight += n
+
+
+class BackupPolicy:
+    """Picks the backup (neural or fast) for the next round from live estimates of p_hit, E_hit,
+    E_miss and T_b of each backup, and T_p — the batch form of the speedup model with p_hit^b."""
+
+    def __init__(
+        self,
+        *,
+        p_hit: float = 0.6,
+        E_hit: float = 3.0,
+        T_p: float = 1.0,
+        neural: BackupOption | None = None,
+        fast: BackupOption | None = None,
+        decay: float = 0.98,
+        whole_batch_backup: bool = False,
+    ) -> None:
+        neural = neural or BackupOption(E_miss=3.0, T_b=1.0)
+        fast = fast or BackupOption(E_miss=1.0, T_b=0.0)
+        self.whole_batch_backup = whole_batch_backup
+        self.p_hit = Ewma(p_hit, decay)
+        self.E_hit = Ewma(E_hit, decay)
+        self.T_p = Ewma(T_p, decay)
+        self.E_miss = {"neural": Ewma(neural.E_miss, decay), "fast": Ewma(fast.E_miss, decay)}
+        self.T_b = {"neural": Ewma(neural.T_b, decay), "fast": Ewma(fast.T_b, decay)}
+
+    def observe(
+        self,
+        *,
+        hits: int,
+        requests: int,
+        tokens_hit: float = 0.0,
+        tokens_miss: float = 0.0,
+        backup: BackupKind | None = None,
+        T_verify: float | None = None,
+        T_spec: float | None = None,
+        T_backup: float | None = None,
+    ) -> None:
+        """One round: ``hits`` of ``requests`` were served from the cache; ``tokens_hit`` /
+        ``tokens_miss`` are the tokens emitted by the hit / missed requests (summed); misses went to
+        ``backup``. Times in any unit, normalized by ``T_verify``."""
+        if not 0 <= hits <= requests:
+            raise ValueError("hits must be in [0, requests]")
+        if requests:
+            self.p_hit.update(hits / requests, requests)
+        if hits:
+            self.E_hit.update(tokens_hit / hits, hits)
+        misses = requests - hits
+        if misses and backup is not None:
+            self.E_miss[backup].update(tokens_miss / misses, misses)
+        if T_verify:
+            if T_spec is not None:
+                self.T_p.update(T_spec / T_verify)
+            if T_backup is not None and backup is not None and misses:
+                self.T_b[backup].update(T_backup / T_verify)
+
+    def speedups(self, batch_size: int) -> dict[str, float]:
+        """The model's per-request speedup over AR with each backup, at the live estimates."""
+        return {
+            kind: batch_ssd_speedup(
+                self.p_hit.value,
+                batch_size,
+                self.E_hit.value,
+                self.E_miss[kind].value,
+                self.T_p.value,
+                self.T_b[kind].value,
+                whole_batch_backup=self.whole_batch_backup,
+            )
+            for kind in ("neural", "fast")
+        }
+
+    def choose(self, batch_size: int) -> BackupKind:
+        s = self.speedups(batch_size)
+        return "neural" if s["neural"] > s["fast"] else "fast"
