@@ -55,7 +55,9 @@ def _check_model_path(flag: str, path: str | None) -> None:
 
 def build_sglang_argv(argv: list[str]) -> tuple[list[str], dict[str, str], argparse.Namespace, object]:
     """Split our flags from SGLang's; returns (sglang argv, extra env, parsed ns, SSD config or None)."""
-    parser = argparse.ArgumentParser(add_help=False)
+    # No abbreviations: a mistyped `--ssd-mod` must be reported, not taken for `--ssd-mode`.
+    # No exit on error: a bad value becomes one LaunchError line, not argparse's usage block.
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     parser.add_argument("--device", default=None)
     parser.add_argument("--model-path", "--model", dest="model_path", default=None)
     parser.add_argument("--speculative-algorithm", default=None)
@@ -63,6 +65,8 @@ def build_sglang_argv(argv: list[str]) -> tuple[list[str], dict[str, str], argpa
     add_ssd_arguments(parser)
     try:
         ns, rest = parser.parse_known_args(argv)
+    except argparse.ArgumentError as e:
+        raise LaunchError(str(e)) from None
     except SystemExit as e:
         raise LaunchError("bad --ssd-* argument (see message above)") from e
     unknown = [a.split("=")[0] for a in rest if a.startswith("--ssd-")]
@@ -100,8 +104,10 @@ def build_sglang_argv(argv: list[str]) -> tuple[list[str], dict[str, str], argpa
             raise LaunchError("--speculative-algorithm SSD needs --speculative-draft-model-path or --ssd-draft-endpoint")
         out += ["--speculative-algorithm", "SSD"]
     else:
-        if any(getattr(ns, a) != parser.get_default(a) for a in vars(ns) if a.startswith("ssd_")):
-            raise LaunchError("--ssd-* flags need --speculative-algorithm SSD")
+        # Judged by presence, not by value: `--ssd-k 7` (the default) is still a request for SSD.
+        given = [a.split("=")[0] for a in argv if a.startswith("--ssd-")]
+        if given:
+            raise LaunchError(f"{given[0]} needs --speculative-algorithm SSD")
         if ns.speculative_algorithm:
             out += ["--speculative-algorithm", ns.speculative_algorithm]
         if ns.speculative_draft_model_path:

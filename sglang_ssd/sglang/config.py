@@ -85,7 +85,9 @@ def _k_value(text: str) -> int | str:
     try:
         return int(text)
     except ValueError:
-        raise ConfigError(f"--ssd-k must be an integer or 'auto', got {text!r}") from None
+        # argparse shows an ArgumentTypeError's own text ("argument --ssd-k: ..."); a plain
+        # ValueError would become "invalid _k_value value".
+        raise argparse.ArgumentTypeError(f"must be an integer or 'auto', got {text!r}") from None
 
 
 def add_ssd_arguments(parser: argparse.ArgumentParser) -> None:
