@@ -19,7 +19,7 @@ import torch
 
 from .probs import Generators
 from .sampling_params import SamplingBatch, process_logits
-from .verify import ChainVerifyResult, Proposal, verify_chain, verify_chain_probs
+from .verify import Backend, ChainVerifyResult, Proposal, verify_chain, verify_chain_probs
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,7 @@ def verify_level(
     allowed_mask: torch.Tensor | None = None,
     num_draft: torch.Tensor | None = None,
     generator: Generators = None,
+    backend: Backend = "auto",
     check: bool = True,
 ) -> tuple[ChainVerifyResult, torch.Tensor]:
     """Verify at one level and also return that level's processed distribution ``[B, K+1, V]``."""
@@ -55,6 +56,7 @@ def verify_level(
         greedy=sampling.greedy,
         num_draft=num_draft,
         generator=generator,
+        backend=backend,
         check=check,
     )
     return result, probs
@@ -79,6 +81,7 @@ def verify_cascade(
     *,
     allowed_mask: torch.Tensor | None = None,
     generator: Generators = None,
+    backend: Backend = "auto",
     check: bool = True,
 ) -> ChainVerifyResult:
     """Verify a lower level's block at the level above. ``upper_logits``: ``[B, K+2, V]``, the upper
@@ -91,5 +94,6 @@ def verify_cascade(
         allowed_mask=allowed_mask,
         num_draft=draft.num_draft,
         generator=generator,
+        backend=backend,
         check=check,
     )

@@ -157,18 +157,18 @@ def verify_chain_probs(
     if backend != "torch":
         usable = (
             (target_probs.is_cuda or backend == "flashinfer")
-            and num_draft is None
             and uniforms is None
             and (generator is None or isinstance(generator, torch.Generator))
         )
         kernel = _flashinfer_kernel() if usable else None
         if backend == "flashinfer" and kernel is None:
             raise ValueError(
-                "backend='flashinfer' needs flashinfer importable, one generator at most, "
-                "and no num_draft / uniforms"
+                "backend='flashinfer' needs flashinfer importable, one generator at most, and no uniforms"
             )
     if kernel is not None:
-        result = _chain_flashinfer(kernel, target_probs, draft_tokens, draft_probs, deterministic, generator)
+        result = _chain_flashinfer(
+            kernel, target_probs, draft_tokens, draft_probs, deterministic, num_draft, generator
+        )
     else:
         if uniforms is None:
             uniforms = draw_uniforms(batch, positions, generator, target_probs.device)
@@ -283,9 +283,11 @@ def dense_proposal(
     return dense
 
 
-def _chain_flashinfer(kernel, p, draft_tokens, q, deterministic, generator) -> ChainVerifyResult:
+def _chain_flashinfer(kernel, p, draft_tokens, q, deterministic, num_draft, generator) -> ChainVerifyResult:
     """The fused kernel: same rule, its own coins. Point masses become one-hot rows, for which the
-    kernel's min(1, p/q) and max(p − q, 0) are exactly the point-mass rule."""
+    kernel's min(1, p/q) and max(p − q, 0) are exactly the point-mass rule. Shorter chains
+    (``num_draft``): the kernel's coins at live positions stand; a row that accepted every live draft
+    gets its bonus drawn afresh from p at position num_draft (what follows there is padding)."""
     batch, positions, vocab = p.shape
     qd = dense_proposal(q, draft_tokens, vocab, deterministic).contiguous()
     accepted = torch.zeros(batch, dtype=torch.int32, device=p.device)
@@ -301,6 +303,13 @@ def _chain_flashinfer(kernel, p, draft_tokens, q, deterministic, generator) -> C
     )
     k = emitted.long()
     bonus = out.long().gather(1, k[:, None]).squeeze(1)
+    if num_draft is not None:
+        n = num_draft.long()
+        over = k >= n
+        u = torch.rand(batch, device=p.device, generator=generator)
+        fresh = sample_from_weights(p[torch.arange(batch, device=p.device), n].float(), u)
+        k = torch.where(over, n, k)
+        bonus = torch.where(over, fresh, bonus)
     return _emitted(draft_tokens, k, bonus)
 
 

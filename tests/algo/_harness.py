@@ -208,7 +208,9 @@ def exact_law(setup: Setup) -> tuple[torch.Tensor, torch.Tensor]:
 # ---- three levels -----------------------------------------------------------------------------------
 
 
-def cascade_first_two(setup: Setup, tau_mid: float, n: int = N) -> tuple[torch.Tensor, torch.Tensor]:
+def cascade_first_two(
+    setup: Setup, tau_mid: float, n: int = N, backend: str = "auto"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """M0 (draft) → M1 (middle, sampling at its own temperature tau_mid) → M2 (target)."""
     middle = setup.target.near(3, 0.6)
     small = middle.near(4, 0.8)
@@ -220,13 +222,18 @@ def cascade_first_two(setup: Setup, tau_mid: float, n: int = N) -> tuple[torch.T
         tokens, q, ctxs = _draft(small, ctx, setup, setup.kind, gen_draft)
         mid_logits = torch.stack([middle(c) for c in ctxs], 1)
         mid_sampling = SamplingBatch.make(ctx.shape[0], tau_mid)
-        r_mid, p_mid = verify_level(mid_logits, tokens, q, mid_sampling, generator=gen_mid)
+        r_mid, p_mid = verify_level(mid_logits, tokens, q, mid_sampling, generator=gen_mid, backend=backend)
         draft = cascade_draft(r_mid, p_mid)
         top_ctxs = _contexts(ctx, draft.tokens)
         top_logits = torch.stack([setup.target(c) for c in top_ctxs], 1)
         mask = torch.stack([grammar(c) for c in top_ctxs], 1) if setup.filters else None
         return verify_cascade(
-            top_logits, draft, setup.sampling(ctx.shape[0]), allowed_mask=mask, generator=gen_top
+            top_logits,
+            draft,
+            setup.sampling(ctx.shape[0]),
+            allowed_mask=mask,
+            generator=gen_top,
+            backend=backend,
         )
 
     ctx, _ = _start(n)
