@@ -39,7 +39,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mode", default="async", choices=["async", "sync"])
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     p.add_argument("--q-support", type=int, default=0, help="truncate draft sampling to top-S (0 = off)")
-    p.add_argument("--kv-slots", type=int, default=1 << 17, help="KV pool size in tokens")
+    p.add_argument("--kv-slots", type=int, default=0, help="KV pool size in tokens (0: from --kv-mem-mb)")
+    p.add_argument("--kv-mem-mb", type=float, default=1024.0, help="KV pool memory when --kv-slots is 0")
     p.add_argument("--max-requests", type=int, default=1024)
     p.add_argument("--idle-timeout", type=float, default=600.0, help="seconds before an idle request is freed")
     p.add_argument("--max-step-tokens", type=int, default=4096, help="cap on tokens per tree forward")
@@ -51,7 +52,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def build_server(args: argparse.Namespace) -> DraftServer:
     dtype = None if args.dtype == "auto" else _DTYPES[args.dtype]
-    model = DraftModel(args.model, device=args.device, dtype=dtype, kv_slots=args.kv_slots, attention=args.attention)
+    model = DraftModel(args.model, device=args.device, dtype=dtype, kv_slots=args.kv_slots, attention=args.attention,
+                       kv_mem_mb=args.kv_mem_mb)  # fmt: skip
     fanout_list = [int(x) for x in args.fanout_list.split(",")] if args.fanout_list else None
     cfg = EngineConfig(
         k=args.k,

@@ -18,6 +18,7 @@ exactness tests use it.
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass
 
 import torch
@@ -29,6 +30,7 @@ from .model import DraftModel, Span
 from .planning import BackupChooser, FanoutPlanner
 from .request import RequestState, Stage
 from .sampler import RowParams, proposal, sample
+from .spec_store import SpecStore
 from .stats import EngineStats, Timer
 from .tree import (
     advance_tree,
@@ -62,6 +64,7 @@ class EngineConfig:
     idle_timeout_s: float = 600.0
     prefill_chunk: int = 512
     max_step_tokens: int = 4096
+    cache_mem_mb: float = 256.0
 
     def validate(self) -> None:
         if not 1 <= self.k <= 64:
@@ -92,6 +95,9 @@ class DraftEngine:
         self._next_slot = 0
         self._free_slots: list[int] = []
         self._rr = 0  # round-robin start for capped work steps
+        self._last_reply: float | None = None
+        self._t_backup: float | None = None
+        self.store = SpecStore(model, cfg.k, budget, cfg.q_support, cfg.max_requests, int(cfg.cache_mem_mb * (1 << 20)))
         self.stats = EngineStats()
 
     # ---- request lifetime ---------------------------------------------------------------------------
@@ -135,7 +141,7 @@ class DraftEngine:
         kind = self.backup.choose(1)
         tokens, q = self._backups([req], kind)[0]
         self.stats.count("forced_miss")
-        return self._finish(req, tokens, q, hit=False)
+        return self._finish(req, tokens, q, origin=kind)
 
     def _prefill(self, req: RequestState, prompt: list[int]) -> None:
         chunk = self.cfg.prefill_chunk
@@ -153,6 +159,7 @@ class DraftEngine:
             if req is None:
                 continue
             self.model.pool.release(*req.extent)
+            self.store.clear(req)
             self._free_slots.append(req.slot)
             closed += 1
         self.stats.count("closed", closed)
@@ -199,34 +206,59 @@ class DraftEngine:
             req.touch()
             valid.append((i, req, o))
         kind = self.backup.choose(len(valid))
-        full, partial, missed = [], [], []
+        t_arrive = time.monotonic()
+        ready, partial, missed = [], [], []
         # Lookups first: hits are answered from the cache before any backup work starts.
         with Timer(self.stats, "lookup"):
             for i, req, o in valid:
-                t = req.tree
-                ready = t is not None and req.stage in (Stage.TREE, Stage.READY)
-                b = t.find(o.accepted, o.bonus) if ready else None
-                self._observe(req, o, b is not None)
-                if b is None:
-                    missed.append((i, req, o))
-                elif req.stage is Stage.READY:
-                    full.append((i, req, o, b))
-                else:
-                    partial.append((i, req, o, b))
-            for i, req, o, b in full:
-                tokens, q = self._branch(req, b, self.k)
+                if req.stage is Stage.READY:
+                    ready.append((i, req, o))
+                    continue
+                b = req.tree.find(o.accepted, o.bonus) if req.stage is Stage.TREE else None
+                (missed if b is None else partial).append((i, req, o) if b is None else (i, req, o, b))
+            found = self.store.lookup([(req, o.accepted, o.bonus) for _, req, o in ready])
+            hits = []
+            for (i, req, o), f in zip(ready, found):
+                (missed if f is None else hits).append((i, req, o) if f is None else (i, req, o, f))
+            for _i, req, o, *_ in hits + partial:
+                self._observe(req, o, True)
+            for _i, req, o in missed:
+                self._observe(req, o, False)
+            self._observe_policy(valid, t_arrive)
+            for i, req, o, (tokens, q) in hits:
                 self._commit(req, o)
-                results[i] = self._finish(req, tokens, q, hit=True)
-        self.stats.count("hits", len(full))
+                results[i] = self._finish(req, tokens, q, origin="hit")
+        self.stats.count("hits", len(hits))
         if partial:
             self._serve_partial(partial, kind, results)
         for _, req, o in missed:
             self._commit(req, o)
+        t0 = time.monotonic()
         drafts = self._backups([req for _, req, _ in missed], kind)
+        self._t_backup = time.monotonic() - t0 if missed else None
         for (i, req, _), (tokens, q) in zip(missed, drafts):
-            results[i] = self._finish(req, tokens, q, hit=False)
+            results[i] = self._finish(req, tokens, q, origin=kind)
         self.stats.count("misses", len(missed))
+        self._last_reply = time.monotonic()
         return results
+
+    def _observe_policy(self, valid, now: float) -> None:
+        """Feed the backup policy: what the speculations verified this round came from and yielded."""
+        origins = [(req.spec_origin, o.accepted + 1, req) for _, req, o in valid]
+        from_hit = [n for origin, n, _ in origins if origin == "hit"]
+        from_backup = [(origin, n) for origin, n, _ in origins if origin != "hit"]
+        kinds = [origin for origin, _ in from_backup]
+        t_spec = [(r.ready_at or now) - r.replied_at for _, _, r in origins if r.replied_at]
+        self.backup.observe(
+            hits=len(from_hit),
+            requests=len(origins),
+            tokens_hit=float(sum(from_hit)),
+            tokens_miss=float(sum(n for _, n in from_backup)),
+            backup=max(set(kinds), key=kinds.count) if kinds else None,
+            t_verify=now - self._last_reply if self._last_reply else None,
+            t_spec=sum(t_spec) / len(t_spec) if t_spec else None,
+            t_backup=self._t_backup,
+        )
 
     def draft(self, rids: list[str]) -> list[Speculation]:
         """Synchronous drafting: K tokens now from each request's committed context."""
@@ -242,7 +274,7 @@ class DraftEngine:
             reqs.append((i, req))
         drafts = self._backups([r for _, r in reqs], "neural")
         for (i, req), (tokens, q) in zip(reqs, drafts):
-            results[i] = self._finish(req, tokens, q, hit=False)
+            results[i] = self._finish(req, tokens, q, origin="neural")
         self.stats.count("sync_drafts", len(reqs))
         return results
 
@@ -251,10 +283,9 @@ class DraftEngine:
         fan = None
         if plan and req.stage in (Stage.TREE, Stage.READY):
             fan = plan[o.accepted] if o.accepted < len(req.spec) else plan[-1]
-        self.planner.observe(o.accepted, len(req.spec), fan, hit if fan is not None else None)
+        self.planner.observe(o.accepted, len(req.spec), after_miss=req.after_miss, fanout=fan, hit=hit)
         self.stats.count("accepted_tokens", o.accepted)
         self.stats.count("drafted_tokens", len(req.spec))
-        req.after_miss = not hit
 
     def _commit(self, req: RequestState, o: OutcomeMsg) -> None:
         glued = req.stage in (Stage.TREE, Stage.READY)
@@ -264,22 +295,26 @@ class DraftEngine:
             req.kv_len = len(req.tokens) - 1
         req.lookup.update(req.tokens)
 
-    def _finish(self, req: RequestState, tokens: torch.Tensor, q, *, hit: bool) -> Speculation:
-        """Make ``tokens`` the pending speculation and queue its pre-speculation."""
+    def _finish(self, req: RequestState, tokens: torch.Tensor, q, *, origin: str) -> Speculation:
+        """Make ``tokens`` the pending speculation and queue its pre-speculation.
+        ``origin``: "hit" (from the speculation cache) or the backup that drafted it."""
         req.spec = tokens.tolist()
         req.spec_id += 1
+        req.spec_origin = origin
+        self.store.clear(req)  # whatever was cached belongs to the previous context
+        req.after_miss = origin != "hit"
         req.tree = None
         req.stage = Stage.GLUE if self.cfg.mode == "async" else Stage.IDLE
-        return Speculation(req.rid, hit, tokens, q, None, req.spec_id)
+        req.replied_at, req.ready_at = time.monotonic(), None
+        return Speculation(req.rid, origin == "hit", tokens, q, None, req.spec_id)
 
-    def _branch(self, req: RequestState, b: int, steps: int):
+    def cached(self, req: RequestState, b: int) -> tuple[torch.Tensor, object]:
+        """Branch ``b`` of the request's finished tree as the speculation cache holds it."""
         t = req.tree
-        tokens = t.tokens[b, :steps].clone()
-        if steps == 0:
-            return tokens, None
-        q = stack_steps([qs[b : b + 1] for qs in t.q[:steps]])
-        q = q_to_full(q[0], self.model)
-        return tokens, q
+        found = self.store.lookup([(req, int(t.fork_k[b]), int(t.fork_tok[b]))])[0]
+        if found is None:
+            raise KeyError(f"branch {b} of {req.rid!r} is not in the speculation cache")
+        return found
 
     def _serve_partial(self, partial, kind: str, results) -> None:
         """Hits on a tree still in progress: finish the one branch, or send the done steps (fast)."""
@@ -287,13 +322,13 @@ class DraftEngine:
         for i, req, o, b in partial:
             done = req.tree.steps_done
             if kind == "fast" and done > 0:
-                tokens, q = self._branch(req, b, done)
+                tokens, q = self.store.branch(req, b, done)
                 self._commit(req, o)
-                results[i] = self._finish(req, tokens, q, hit=True)
+                results[i] = self._finish(req, tokens, q, origin="hit")
             elif kind == "fast":
                 self._commit(req, o)
                 tokens, q = self._backups([req], "fast")[0]
-                results[i] = self._finish(req, tokens, q, hit=False)
+                results[i] = self._finish(req, tokens, q, origin="fast")
                 self.stats.count("misses")
                 continue
             else:
@@ -310,9 +345,9 @@ class DraftEngine:
                 for r, lg in zip(todo, logits):
                     advance_tree(r, lg, self.model, self.cfg.saguaro_c)
         for i, req, o in finishing:
-            tokens, q = self._branch(req, 0, self.k)
+            tokens, q = self.store.branch(req, 0, self.k)
             self._commit(req, o)
-            results[i] = self._finish(req, tokens, q, hit=True)
+            results[i] = self._finish(req, tokens, q, origin="hit")
 
     # ---- backups --------------------------------------------------------------------------------------
     def _backups(self, reqs: list[RequestState], kind: str) -> list[tuple[torch.Tensor, object]]:
@@ -332,7 +367,8 @@ class DraftEngine:
     def _neural(self, reqs: list[RequestState]) -> list[tuple[torch.Tensor, object]]:
         """Draft K tokens for each request from its committed context, all requests batched per step."""
         k = self.k
-        plan = self.planner.plan()
+        # These tokens will be verified as a speculation drafted by a backup.
+        plan = self.planner.plan(after_miss=True)
         for r in reqs:
             self._ensure(r, len(r.tokens) + k + 1)
         toks = [[] for _ in reqs]
@@ -410,11 +446,14 @@ class DraftEngine:
                 if r.stage is Stage.GLUE:
                     r.plan = self.planner.plan(after_miss=r.after_miss)
                     r.tree = select_forks(r, lg, r.plan, self.model, self.k)
+                    r.tree.sample_plan = self.planner.plan(after_miss=False)
                     r.stage = Stage.TREE if r.tree.num_branches else Stage.READY
+                    r.ready_at = None if r.tree.num_branches else time.monotonic()
                 else:
                     advance_tree(r, lg, self.model, self.cfg.saguaro_c)
                     if r.tree.steps_done == self.k:
-                        r.stage = Stage.READY
+                        self.store.put(r)
+                        r.stage, r.ready_at = Stage.READY, time.monotonic()
         self.stats.count("step_tokens", n_tok)
 
 

@@ -34,8 +34,9 @@ class KVPool:
         self.page_size = page_size
         self.num_slots = num_slots // page_size * page_size
         shape = (cfg.num_layers, self.num_slots, cfg.num_kv_heads, cfg.head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        # Pages are zeroed when handed out, not here: resident memory follows use, not the pool size.
+        self.k = torch.empty(shape, dtype=dtype, device=device)
+        self.v = torch.empty(shape, dtype=dtype, device=device)
         self._free: list[tuple[int, int]] = [(0, self.num_slots)]  # sorted (start, length)
         self.used_slots = 0
 
@@ -55,6 +56,7 @@ class KVPool:
                 else:
                     self._free[i] = (start + n, length - n)
                 self.used_slots += n
+                self._zero(start, n)
                 return start, n
         raise PoolExhausted(f"KV pool has no free extent of {n} slots ({self.free_slots()} free in all)")
 
@@ -83,6 +85,7 @@ class KVPool:
             else:
                 self._free[i] = (s + extra, n - extra)
             self.used_slots += extra
+            self._zero(end, extra)
             return start, need
         # Doubling keeps the number of moves logarithmic in the final context length.
         new_start, new_len = self.alloc(max(need, 2 * length))
@@ -91,6 +94,16 @@ class KVPool:
             self.v[:, new_start : new_start + keep] = self.v[:, start : start + keep]
         self.release(start, length)
         return new_start, new_len
+
+    def _zero(self, start: int, n: int) -> None:
+        # Masked-out slots inside an attention window are still read; they must hold finite values.
+        self.k[:, start : start + n].zero_()
+        self.v[:, start : start + n].zero_()
+
+    @staticmethod
+    def slot_bytes(cfg: ModelConfig, dtype: torch.dtype) -> int:
+        """Bytes of K and V for one token over all layers."""
+        return 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * torch.finfo(dtype).bits // 8
 
     def free_slots(self) -> int:
         return sum(n for _, n in self._free)

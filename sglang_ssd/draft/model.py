@@ -57,7 +57,7 @@ class DraftModel:
     """Weights + RoPE + KV pool + attention backend for one model folder.
 
     ``device``: "cpu" or "cuda:N". ``dtype``: defaults to float32 on CPU, bfloat16 on CUDA.
-    ``kv_slots``: pool size in tokens (all layers). ``attention``: "torch", "flashinfer" or "auto"
+    ``kv_slots``: pool size in tokens (all layers); 0 ⇒ as many as ``kv_mem_mb`` MiB hold. ``attention``: "torch", "flashinfer" or "auto"
     (FlashInfer on CUDA when importable, torch otherwise).
     """
 
@@ -66,8 +66,9 @@ class DraftModel:
         folder: str | Path,
         device: str | torch.device = "cpu",
         dtype: torch.dtype | None = None,
-        kv_slots: int = 65536,
+        kv_slots: int = 0,
         attention: str = "auto",
+        kv_mem_mb: float = 1024.0,
     ) -> None:
         self.device = torch.device(device)
         self.dtype = dtype or (torch.float32 if self.device.type == "cpu" else torch.bfloat16)
@@ -75,6 +76,8 @@ class DraftModel:
         self.folder = Path(folder)
         self.w: ModelWeights = load_weights(folder, self.cfg, self.dtype, self.device)
         self.rope = Rope(self.cfg, self.device, self.dtype)
+        if kv_slots <= 0:
+            kv_slots = max(1024, int(kv_mem_mb * (1 << 20)) // KVPool.slot_bytes(self.cfg, self.dtype))
         self.pool = KVPool(self.cfg, kv_slots, self.dtype, self.device)
         self.attn = make_attention(attention, self.cfg, self.pool, self.device)
         self.scale = self.cfg.head_dim**-0.5

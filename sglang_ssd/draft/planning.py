@@ -1,15 +1,18 @@
 """Fan-out plan and backup choice for the draft server, from the algorithm core's planner and policy.
 
 The plan F_0..F_K (forks after k accepted tokens, Σ F_k = budget) comes from ``algo.fanout``
-(geometric: F_k ∝ P(k)^{1/(1+r)} from live estimates of α and r; uniform; or the after-miss plan), or
-is a fixed list given on the command line. The backup (neural JIT drafting vs fast n-gram tokens) comes
-from ``algo.policy.BackupPolicy`` (Theorem 17: neural below the critical batch size, fast above) unless
-forced.
+(geometric: F_k ∝ P(k)^{1/(1+r)} from live estimates of α and r, with a separate estimate for
+speculations that a backup drafted; or uniform), or is a fixed list given on the command line. The
+backup (neural JIT drafting vs fast n-gram tokens) comes from ``algo.policy.BackupPolicy`` (Theorem 17:
+neural below the critical batch size, fast above) unless forced.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
+
+log = logging.getLogger("sglang_ssd.draft")
 
 
 def _algo(name: str):
@@ -26,35 +29,35 @@ class FanoutPlanner:
             raise ValueError(f"a fixed fan-out needs K+1 = {k + 1} non-negative entries, got {fixed}")
         self.kind, self.k, self.budget = kind, k, budget
         self.fixed = list(fixed) if fixed is not None else None
-        self._alpha = self._r = None
-        if kind == "geometric":
-            fan = _algo("fanout")
-            self._alpha = fan.AcceptanceEstimator()
-            self._r = fan.MissExponentEstimator()
+        self.algo = None if kind == "fixed" else _algo("fanout").FanoutPlanner(K=k, budget=budget, mode=kind)
 
     def plan(self, after_miss: bool = False) -> list[int]:
-        if self.kind == "fixed":
+        if self.algo is None:
             return list(self.fixed)
-        fan = _algo("fanout")
-        if self.kind == "uniform":
-            return list(fan.uniform_fanout(self.k, self.budget))
-        alpha, r = self._alpha.alpha, self._r.r
-        if after_miss and hasattr(fan, "miss_fanout"):
-            return list(fan.miss_fanout(alpha, r, self.k, self.budget))
-        return list(fan.geometric_fanout(alpha, r, self.k, self.budget))
+        return list(self.algo.plan(after_miss=after_miss))
 
-    def observe(self, accepted: int, drafted: int, fanout: int | None, hit: bool | None) -> None:
-        """One outcome: k accepted of ``drafted``; ``fanout`` F_k used at k and whether t* was cached."""
-        if self._alpha is None:
+    def observe(self, accepted: int, drafted: int, *, after_miss: bool, fanout: int | None, hit: bool) -> None:
+        """One outcome: k accepted of ``drafted``; ``fanout`` = F_k the tree had at the realized k."""
+        if self.algo is None:
             return
-        self._alpha.update(accepted, drafted)
-        if fanout is not None and hit is not None:
-            self._r.update(fanout, hit)
+        # The capped-geometric estimate is over K-token chains; a shorter (backup) chain would read
+        # "all accepted" as a rejection, so only full chains update α.
+        accepted_lens = [accepted] if drafted == self.k else []
+        self.algo.observe(
+            accepted_lens,
+            after_miss=after_miss,
+            fanout_at_k=[fanout] if fanout is not None else None,
+            hit=[hit] if fanout is not None else None,
+        )
 
     def estimates(self) -> dict[str, float]:
-        if self._alpha is None:
+        if self.algo is None:
             return {}
-        return {"alpha": float(self._alpha.alpha), "miss_exponent_r": float(self._r.r)}
+        return {
+            "alpha": float(self.algo.alpha.alpha),
+            "alpha_after_miss": float(self.algo.alpha_after_miss.alpha),
+            "miss_exponent_r": float(self.algo.r.r),
+        }
 
 
 class BackupChooser:
@@ -64,9 +67,23 @@ class BackupChooser:
         if mode not in ("auto", "neural", "fast"):
             raise ValueError(f"backup must be auto, neural or fast, got {mode!r}")
         self.mode, self.k = mode, k
-        self.policy = _algo("policy").BackupPolicy() if mode == "auto" else None
+        self.policy = None
+        if mode == "auto":
+            try:
+                self.policy = _algo("policy").BackupPolicy()
+            except (ImportError, AttributeError):
+                log.warning("algo.policy.BackupPolicy is not available; --backup auto uses the neural backup")
+
+    def observe(self, *, hits: int, requests: int, tokens_hit: float, tokens_miss: float, backup: str | None,
+                t_verify: float | None, t_spec: float | None, t_backup: float | None) -> None:
+        """One round: of ``requests`` verified speculations ``hits`` came from the cache; tokens emitted
+        by those and by the backup-drafted rest; wall times in seconds (normalized by ``t_verify``)."""
+        if self.policy is None or requests == 0:
+            return
+        self.policy.observe(hits=hits, requests=requests, tokens_hit=tokens_hit, tokens_miss=tokens_miss,
+                            backup=backup, T_verify=t_verify, T_spec=t_spec, T_backup=t_backup)  # fmt: skip
 
     def choose(self, batch_size: int) -> str:
         if self.policy is None:
-            return self.mode
-        return self.policy.choose(batch_size)
+            return "neural" if self.mode == "auto" else self.mode
+        return self.policy.choose(max(1, batch_size))

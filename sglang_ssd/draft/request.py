@@ -36,7 +36,8 @@ class Tree:
     ``fork_k``: int64 ``[nb]`` accepted count each branch assumes; ``fork_tok``: int64 ``[nb]`` its bonus
     (full ids); ``tokens``: int64 ``[nb, K]`` sampled draft tokens (full ids, first ``steps_done`` valid);
     ``q``: per finished step, q′ of the ``nb`` rows (head vocabulary); ``positions0``: int64 ``[nb]``
-    absolute position of each fork token.
+    absolute position of each fork token. ``sample_plan``: the fan-out a branch's tokens will be forked
+    with when they are verified (a hit's plan), which sets Saguaro's top set while sampling them.
     """
 
     glue_start: int
@@ -51,6 +52,7 @@ class Tree:
     tokens: torch.Tensor
     q: list[torch.Tensor | SparseProbs] = field(default_factory=list)
     steps_done: int = 0
+    sample_plan: list[int] = field(default_factory=list)  # fan-out the branches' own rounds will use
 
     @property
     def num_branches(self) -> int:
@@ -67,7 +69,7 @@ class Tree:
         return Tree(
             self.glue_start, self.r0, self.glue_len, self.base, self.stride, self.cols[sel],
             self.fork_k[sel], self.fork_tok[sel], self.positions0[sel], self.tokens[sel].clone(),
-            [q[sel] for q in self.q], self.steps_done,
+            [q[sel] for q in self.q], self.steps_done, self.sample_plan,
         )  # fmt: skip
 
 
@@ -86,7 +88,10 @@ class RequestState:
     stage: Stage = Stage.IDLE
     tree: Tree | None = None
     plan: list[int] = field(default_factory=list)  # fan-out used for the current tree
-    after_miss: bool = True
+    after_miss: bool = True  # the pending speculation was drafted by a backup
+    spec_origin: str = "neural"  # "hit", "neural" or "fast"
+    replied_at: float | None = None  # when the pending speculation was sent
+    ready_at: float | None = None  # when its tree finished
     lookup: ContextLookup = field(default_factory=ContextLookup)
     last_active: float = field(default_factory=time.monotonic)
 

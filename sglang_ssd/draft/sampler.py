@@ -87,6 +87,8 @@ def proposal(logits: torch.Tensor, params: RowParams, num_top: int) -> torch.Ten
     if support is not None:
         support = max(support, num_top)
     if not params.filters:
+        if num_top == 0:
+            return _plain(logits.float() / params.temperature, support, vocab)
         return saguaro_probs(logits, params.temperature, num_top=num_top, C=c, support=support)
     n = logits.shape[0]
     probs = torch.softmax(logits.float() / params.temperature, dim=-1)
@@ -97,7 +99,18 @@ def proposal(logits: torch.Tensor, params: RowParams, num_top: int) -> torch.Ten
         torch.full((n,), params.min_p, device=logits.device) if params.min_p > 0.0 else None,
     )
     # log of the filtered distribution at temperature 1 is that distribution again under softmax.
+    if num_top == 0:
+        return _plain(probs.log(), support, vocab)
     return saguaro_probs(probs.log(), 1.0, num_top=num_top, C=c, support=support)
+
+
+def _plain(z: torch.Tensor, support: int | None, vocab: int) -> torch.Tensor | SparseProbs:
+    """softmax(z), over the top-``support`` entries only when set: σ_{F,C} with C = 1, without the
+    passes over V that only matter for C < 1 (this is the hot path of a tree step at large V)."""
+    if support is None:
+        return torch.softmax(z, dim=-1)
+    top, idx = torch.topk(z, support, dim=-1)
+    return SparseProbs(idx, torch.softmax(top, dim=-1), vocab)
 
 
 def sample(q: torch.Tensor | SparseProbs, seed: int, positions: torch.Tensor) -> torch.Tensor:

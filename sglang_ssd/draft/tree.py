@@ -106,7 +106,7 @@ def advance_tree(req: RequestState, logits: torch.Tensor, model: DraftModel, c: 
     """Sample every branch's next draft token from its step logits ``[nb, V_head]``."""
     t = req.tree
     s = t.steps_done
-    q = proposal(logits, req.params, num_top(req.plan, s, c))
+    q = proposal(logits, req.params, num_top(t.sample_plan, s, c))
     head = sample(q, req.seed, t.positions0 + s + 1)
     t.tokens[:, s] = model.to_full_ids(head).cpu()
     t.q.append(q)

@@ -57,9 +57,9 @@ def check_tree(engine: DraftEngine, req) -> int:
     for b in range(t.num_branches):
         k, tok = int(t.fork_k[b]), int(t.fork_tok[b])
         context = req.tokens + req.spec[:k] + [tok]
-        ref_toks, ref_q = reference_draft(engine.model, context, engine.k, req.params, req.seed, req.plan,
+        ref_toks, ref_q = reference_draft(engine.model, context, engine.k, req.params, req.seed, t.sample_plan,
                                           engine.cfg.saguaro_c)  # fmt: skip
-        got_toks, got_q = engine._branch(req, b, engine.k)
+        got_toks, got_q = engine.cached(req, b)
         assert got_toks.tolist() == ref_toks, f"branch {b} (k={k}, bonus={tok}) tokens differ"
         torch.testing.assert_close(_dense(got_q, engine.model.vocab_size), ref_q, atol=Q_ATOL, rtol=0)
     return t.num_branches
@@ -94,7 +94,7 @@ def run_rounds(engine: DraftEngine, rng: random.Random, n_requests: int, rounds:
             if not spec.hit:
                 # A backup draft is plain decoding of the committed context too.
                 ref_toks, ref_q = reference_draft(model, req.tokens, engine.k, req.params, req.seed,
-                                                  engine.planner.plan(), engine.cfg.saguaro_c)  # fmt: skip
+                                                  engine.planner.plan(after_miss=True), engine.cfg.saguaro_c)  # fmt: skip
                 assert spec.tokens.tolist() == ref_toks
                 torch.testing.assert_close(_dense(spec.q, vocab), ref_q, atol=Q_ATOL, rtol=0)
                 checked["backups"] += 1
@@ -143,4 +143,29 @@ def test_sparse_support_is_exact(tiny_llama):
         engine.work_step()
     req = engine.requests["r0"]
     check_tree(engine, req)
-    assert isinstance(req.tree.q[0], SparseProbs) and req.tree.q[0].support == 8
+    # Sparse q′ lives in the speculation cache table; dense q′ (below) stays with its tree.
+    assert engine.store.uses_table(req)
+    _, q = engine.cached(req, 0)
+    assert isinstance(q, SparseProbs) and q.support == 8
+
+
+def test_cache_table_and_tree_paths(tiny_llama):
+    model = DraftModel(tiny_llama, kv_slots=4096)
+    engine = DraftEngine(model, EngineConfig(k=3, fanout_list=[2, 1, 1, 2], backup="neural"))
+    params = [DraftParams(temperature=0.0), DraftParams(temperature=1.0, seed=4), DraftParams(temperature=0.8, top_k=1)]
+    run_rounds(engine, random.Random(3), n_requests=3, rounds=2, params_list=params)
+    greedy, dense, top1 = (engine.requests[f"r{i}"] for i in range(3))
+    assert engine.store.uses_table(greedy) and engine.store.uses_table(top1)
+    assert not engine.store.uses_table(dense)
+
+
+@pytest.mark.parametrize("fanout", ["geometric", "uniform"])
+def test_planner_fanouts_stay_exact(tiny_llama, fanout):
+    """With the live planner (α and r estimated online) the plan changes between rounds; every tree is
+    still plain decoding of its branches, and each plan spends exactly the budget."""
+    model = DraftModel(tiny_llama, kv_slots=8192)
+    engine = DraftEngine(model, EngineConfig(k=3, fanout=fanout, budget=8, saguaro_c=0.6, backup="neural"))
+    checked = run_rounds(engine, random.Random(21), n_requests=3, rounds=4, params_list=PARAMS)
+    assert checked["hits"] > 0
+    for req in engine.requests.values():
+        assert sum(req.plan) == 8 and len(req.plan) == 4

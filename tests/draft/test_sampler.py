@@ -58,6 +58,14 @@ def test_proposal_matches_saguaro_and_filters():
     logits = torch.randn(4, 50) * 3
     q = proposal(logits, RowParams(0.8, c=0.25), num_top=4)
     torch.testing.assert_close(q, saguaro_probs(logits, 0.8, num_top=4, C=0.25))
+    for support in (None, 7):
+        plain = proposal(logits, RowParams(1.3, support=support), num_top=0)
+        ref = saguaro_probs(logits, 1.3, support=support)
+        if support is None:
+            torch.testing.assert_close(plain, ref, atol=1e-6, rtol=0)
+        else:
+            assert torch.equal(plain.indices, ref.indices)
+            torch.testing.assert_close(plain.probs, ref.probs, atol=1e-6, rtol=0)
     greedy = proposal(logits, RowParams(0.0, support=1), num_top=4)
     assert isinstance(greedy, SparseProbs) and torch.equal(greedy.indices[:, 0], logits.argmax(-1))
     top = proposal(logits, RowParams(1.0, top_k=3), num_top=0)

@@ -177,3 +177,24 @@ def test_fast_backup_is_point_mass(tiny_llama):
     spec = client.open("a", [7, 8, 9, 7, 8, 9, 7, 8], 9, DraftParams(temperature=1.0))
     assert spec.q is None and spec.tokens.tolist() == [7, 8, 9, 7]
     assert client.stats()["backup_fast"] == 1
+
+
+def test_auto_backup_follows_the_policy(tiny_llama):
+    """--backup auto: the algorithm core's policy picks per round and is fed every round's outcome."""
+    server, client = make(tiny_llama, drain=False)
+    eng = server.engine
+    eng.backup = type(eng.backup)("auto", K)
+    assert eng.backup.policy is not None
+    specs = [client.open(rid, [1, 2, 3, 4], 5, DraftParams()) for rid in "abcd"]
+    for _ in range(3):
+        while eng.has_work():
+            eng.work_step()
+        # A fast backup may propose fewer than K tokens (even none).
+        specs = client.round([Outcome(s.rid, min(1, len(s.tokens)), 7) for s in specs])
+        assert all(s.ok for s in specs)
+    policy = eng.backup.policy
+    assert policy.choose(4) in ("neural", "fast")
+    st = client.stats()
+    assert st["backup_neural"] + st.get("backup_fast", 0) >= 4
+    # The policy saw the rounds: its hit-rate estimate moved off its prior.
+    assert policy.p_hit.value != 0.6
