@@ -126,29 +126,63 @@ def mask_logits(logits: torch.Tensor, allowed_mask: torch.Tensor | None) -> torc
     return out.masked_fill(~allowed_mask, float("-inf"))
 
 
+def _sorted_prefix(
+    probs: torch.Tensor, width: int, top_p: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The most probable tokens in descending order (values, indices): enough of them to hold every
+    token the filters can keep. Only the top ``width`` (= max top_k) can survive top-k; under top-p a
+    token is dropped once the mass before it exceeds top_p, so if the top w tokens already hold more
+    than top_p in every row, nothing past them survives — a partial top-w beats sorting V tokens."""
+    vocab = probs.shape[-1]
+    if top_p is not None:
+        w = min(width, 64)
+        while w < width:
+            values, indices = probs.topk(w, dim=-1)
+            mass = values.sum(-1)
+            if bool((mass > _rows(top_p.float(), mass)).all()):
+                return values, indices
+            w *= 8
+    if width < vocab:
+        return probs.topk(width, dim=-1)
+    return probs.sort(dim=-1, descending=True, stable=True)
+
+
 def filter_probs(
     probs: torch.Tensor,
     top_k: torch.Tensor | None = None,
     top_p: torch.Tensor | None = None,
     min_p: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Joint top-k / top-p / min-p truncation of ``probs [B, ..., V]``, renormalized (float32)."""
-    if top_k is None and top_p is None and min_p is None:
-        return probs
+    """Joint top-k / top-p / min-p truncation of ``probs [B, ..., V]``, renormalized (float32).
+
+    A filter that is off for every row costs nothing (SGLang hands every request a top_k and top_p,
+    mostly "off"); otherwise only as many top tokens are sorted as the filters can keep.
+    """
     vocab = probs.shape[-1]
-    sorted_p, order = probs.float().sort(dim=-1, descending=True, stable=True)
-    keep = torch.ones_like(sorted_p, dtype=torch.bool)
+    k = None
     if top_k is not None:
-        k = _rows(top_k.long(), probs)
+        k = top_k.long().to(probs.device)
         k = torch.where((k <= 0) | (k > vocab), vocab, k)
-        keep &= torch.arange(vocab, device=probs.device) < k
+        if bool((k >= vocab).all()):
+            k = None
+    if top_p is not None and bool((top_p >= 1).all()):
+        top_p = None
+    if min_p is not None and bool((min_p <= 0).all()):
+        min_p = None
+    if k is None and top_p is None and min_p is None:
+        return probs
+    sorted_p, order = _sorted_prefix(probs.float(), int(k.max()) if k is not None else vocab, top_p)
+    keep = torch.ones_like(sorted_p, dtype=torch.bool)
+    if k is not None:
+        keep &= torch.arange(sorted_p.shape[-1], device=probs.device) < _rows(k, probs)
     if top_p is not None:
         tp = _rows(top_p.float(), probs)
         before = sorted_p.cumsum(-1) - sorted_p
         keep &= (before <= tp) | (tp >= 1)
     if min_p is not None:
         keep &= sorted_p >= _rows(min_p.float(), probs) * sorted_p[..., :1]
-    kept = torch.zeros_like(sorted_p).scatter_(-1, order, sorted_p * keep)
+    kept = torch.zeros(probs.shape, dtype=torch.float32, device=probs.device)
+    kept.scatter_(-1, order, sorted_p * keep)
     return kept / kept.sum(-1, keepdim=True)
 
 

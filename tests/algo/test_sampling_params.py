@@ -139,3 +139,45 @@ def test_greedy_saguaro_is_point_mass():
     q = saguaro_probs(logits, torch.tensor([0.0, 1.0, 0.0, 0.5]), num_top=2, C=0.5)
     assert torch.equal(q[0], torch.nn.functional.one_hot(logits[0].argmax(), V).float())
     assert torch.equal(q[2], torch.nn.functional.one_hot(logits[2].argmax(), V).float())
+
+
+def test_sglang_off_values_are_plain_softmax_and_greedy_via_top_k_1():
+    """SGLang hands every request top_k = 1 << 30 / top_p = 1 / min_p = 0 when off, and encodes greedy
+    as temperature 1 with top_k = 1."""
+    logits = torch.randn(3, 2, V, generator=torch.Generator().manual_seed(7))
+    sampling = SamplingBatch(
+        temperature=torch.tensor([1.0, 0.8, 1.0]),
+        top_k=torch.tensor([1 << 30, 1 << 30, 1]),
+        top_p=torch.ones(3),
+        min_p=torch.zeros(3),
+    )
+    got = process_logits(logits, sampling)
+    assert torch.allclose(got[0], torch.softmax(logits[0], -1))
+    assert torch.allclose(got[1], torch.softmax(logits[1] / 0.8, -1))
+    assert torch.equal(got[2], torch.nn.functional.one_hot(logits[2].argmax(-1), V).float())
+
+
+def full_sort_filter(probs, top_k, top_p, min_p):
+    """The joint filter by a full stable sort of every row (the plain definition)."""
+    vocab = probs.shape[-1]
+    sorted_p, order = probs.sort(dim=-1, descending=True, stable=True)
+    k = torch.where((top_k <= 0) | (top_k > vocab), vocab, top_k).view(-1, 1, 1)
+    before = sorted_p.cumsum(-1) - sorted_p
+    keep = (torch.arange(vocab) < k) & ((before <= top_p.view(-1, 1, 1)) | (top_p.view(-1, 1, 1) >= 1))
+    keep &= sorted_p >= min_p.view(-1, 1, 1) * sorted_p[..., :1]
+    kept = torch.zeros_like(probs).scatter_(-1, order, sorted_p * keep)
+    return kept / kept.sum(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("top_k,top_p,min_p", [
+    ([-1, -1, -1, -1], [0.5, 0.9, 0.99, 0.3], [0.0] * 4),  # top-p only: partial top-w
+    ([-1, -1, -1, -1], [0.5, 1.0, 0.9, 0.9], [0.0] * 4),  # one row off: full sort
+    ([40, 300, 7, 2000], [0.95, 0.5, 1.0, 0.99], [0.0, 0.01, 0.0, 0.001]),
+])
+def test_partial_sort_equals_full_sort_on_a_large_vocabulary(top_k, top_p, min_p):
+    from sglang_ssd.algo.sampling_params import filter_probs
+
+    g = torch.Generator().manual_seed(8)
+    probs = torch.softmax(torch.randn(4, 3, 5000, generator=g) * 3, -1)
+    args = torch.tensor(top_k), torch.tensor(top_p), torch.tensor(min_p)
+    assert torch.allclose(filter_probs(probs, *args), full_sort_filter(probs, *args), atol=1e-7)
