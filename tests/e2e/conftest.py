@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,75 @@ def ngram_server(target_path):
 def greedy_tokens(server: SGLangServer, ids: list[int], n: int = NEW_TOKENS) -> tuple[list[int], dict]:
     out = server.generate(ids, {"temperature": 0, "max_new_tokens": n, "ignore_eos": True})
     return out["output_ids"], out["meta_info"]
+
+
+# ---- SSD ----------------------------------------------------------------------------------------
+DRAFT = Path(os.environ.get("SSD_TEST_DRAFT", ROOT / "models" / "draft"))  # override: any draft folder
+SSD_K = 4
+SSD_FLAGS = ("--ssd-k", str(SSD_K), "--ssd-budget", "12", "--ssd-backup", "neural")
+
+
+@pytest.fixture(scope="session")
+def draft_path() -> Path:
+    return require_model(DRAFT)
+
+
+class DraftProcess:
+    """A draft server the test owns (so it can kill and restart it under a running SGLang server)."""
+
+    def __init__(self, draft: Path, mode: str = "async"):
+        import tempfile
+
+        from sglang_ssd.sglang.config import SSDConfig
+
+        self.endpoint = f"ipc://{tempfile.mkdtemp(prefix='ssd-test-')}/draft.sock"
+        config = SSDConfig(k=SSD_K, budget=12, backup="neural", mode=mode, draft_model_path=str(draft))
+        from sglang_ssd.sglang.draft_fleet import draft_server_command
+
+        self.command = draft_server_command(config, self.endpoint)
+        self.proc = None
+
+    def start(self) -> DraftProcess:
+        from sglang_ssd.sglang.draft_fleet import spawn_draft_server
+
+        self.proc = spawn_draft_server(self.command, "/tmp/sglang_ssd_test_draft.log")
+        return self
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        from sglang_ssd.sglang.draft_fleet import stop_process
+
+        if self.proc is not None:
+            stop_process(self.proc)
+
+
+@pytest.fixture(scope="session")
+def ssd_draft(draft_path):
+    proc = DraftProcess(draft_path).start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="session")
+def ssd_server(target_path, ssd_draft):
+    """SSD (async) with a draft server the tests own, reached through --ssd-draft-endpoint."""
+    server = start_server(
+        target_path, "--speculative-algorithm", "SSD", "--ssd-draft-endpoint", ssd_draft.endpoint,
+        "--ssd-draft-timeout", "3", *SSD_FLAGS, "--enable-metrics", log_name="ssd",
+    )
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def sd_server(target_path, draft_path):
+    """SD baseline: same draft, synchronous mode; the launcher starts and stops its draft server."""
+    server = start_server(
+        target_path, "--speculative-algorithm", "SSD", "--speculative-draft-model-path", str(draft_path),
+        "--ssd-mode", "sync", *SSD_FLAGS, log_name="sd",
+    )
+    yield server
+    server.stop()

@@ -1,0 +1,50 @@
+"""Greedy SSD and SD through the real server are token-identical to the target's own decoding."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from tests.e2e.conftest import NEW_TOKENS, greedy_tokens
+
+
+def test_ssd_batch1_matches_reference(ssd_server, equality_prompts, hf_greedy):
+    proposed = accepted = 0
+    for ids, ref in zip(equality_prompts, hf_greedy):
+        got, meta = greedy_tokens(ssd_server, ids)
+        assert got == ref
+        proposed += meta["spec_num_proposed_drafts"]
+        accepted += meta["spec_num_correct_drafts"]
+    assert proposed > 0, "no draft token was ever verified"
+    print(f"SSD batch 1: alpha = {accepted / proposed:.3f} over {proposed} drafted tokens")
+
+
+def test_sd_batch1_matches_reference(sd_server, equality_prompts, hf_greedy):
+    for ids, ref in zip(equality_prompts, hf_greedy):
+        got, meta = greedy_tokens(sd_server, ids)
+        assert got == ref
+        assert meta["spec_num_proposed_drafts"] > 0
+
+
+def _concurrent(server, prompts, n=NEW_TOKENS):
+    with ThreadPoolExecutor(8) as pool:
+        return list(pool.map(lambda ids: greedy_tokens(server, ids, n)[0], prompts))
+
+
+def test_ssd_and_sd_with_8_concurrent_requests_match_ar(ssd_server, sd_server, ar_server, equality_prompts):
+    prompts = equality_prompts[:16]
+    ar = _concurrent(ar_server, prompts)
+    assert _concurrent(ssd_server, prompts) == ar
+    assert _concurrent(sd_server, prompts) == ar
+
+
+def test_ssd_reports_its_counters(ssd_server):
+    state = ssd_server.get("/server_info")["internal_states"][0]
+    for key in ("ssd_hit_rate", "ssd_backup_rate", "ssd_alpha", "ssd_round_ms", "ssd_budget"):
+        assert key in state, sorted(k for k in state if k.startswith("ssd"))
+    assert state["ssd_rounds"] > 0
+    assert 0.0 <= state["ssd_hit_rate"] <= 1.0
+    import urllib.request
+
+    with urllib.request.urlopen(f"{ssd_server.url}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    assert "sglang:ssd_hit_rate" in text
