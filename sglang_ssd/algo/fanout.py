@@ -103,10 +103,6 @@ class AcceptanceEstimator:
         s = self.successes + self.prior * self.prior_weight
         return s / (s + self.failures + (1 - self.prior) * self.prior_weight)
 
-    @property
-    def trials(self) -> float:
-        return self.successes + self.failures
-
 
 @dataclass
 class MissExponentEstimator:
