@@ -63,18 +63,25 @@ class DraftModel:
 
     def __init__(
         self,
-        folder: str | Path,
+        folder: str | Path | None,
         device: str | torch.device = "cpu",
         dtype: torch.dtype | None = None,
         kv_slots: int = 0,
         attention: str = "auto",
         kv_mem_mb: float = 1024.0,
+        *,
+        parts: tuple[ModelConfig, ModelWeights] | None = None,
     ) -> None:
+        """``parts``: an already built (config, weights) pair instead of a folder (random-weight benches)."""
         self.device = torch.device(device)
         self.dtype = dtype or (torch.float32 if self.device.type == "cpu" else torch.bfloat16)
-        self.cfg = ModelConfig.from_folder(folder)
-        self.folder = Path(folder)
-        self.w: ModelWeights = load_weights(folder, self.cfg, self.dtype, self.device)
+        if parts is not None:
+            self.cfg, self.w = parts
+            self.folder = None
+        else:
+            self.cfg = ModelConfig.from_folder(folder)
+            self.folder = Path(folder)
+            self.w = load_weights(folder, self.cfg, self.dtype, self.device)
         self.rope = Rope(self.cfg, self.device, self.dtype)
         if kv_slots <= 0:
             kv_slots = max(1024, int(kv_mem_mb * (1 << 20)) // KVPool.slot_bytes(self.cfg, self.dtype))

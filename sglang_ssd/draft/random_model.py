@@ -1,4 +1,5 @@
-"""Write a random-weight Llama-family model folder (config.json + model.safetensors).
+"""Random-weight Llama-family models: a folder on disk (config.json + model.safetensors), or weights built
+directly on a device (large shapes for timing, no file written).
 
 For tests and microbenchmarks: shapes and numerics are those of a real checkpoint, only the values are
 random (the weights do not change a step's cost). Scales are chosen so the next-token distributions
@@ -93,3 +94,34 @@ def write_random_model(
     save_file(t, str(folder / "model.safetensors"), metadata={"format": "pt"})
     (folder / "config.json").write_text(json.dumps(cfg, indent=2))
     return folder
+
+
+def random_weights(cfg, dtype, device, seed: int = 0):
+    """:class:`ModelWeights` for ``cfg`` drawn on ``device`` (timing runs; values scaled as above)."""
+    from .weights import LayerWeights, ModelWeights
+
+    g = torch.Generator(device=device).manual_seed(seed)
+    h, d, inter = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
+
+    def rnd(*shape, scale):
+        return (torch.randn(*shape, generator=g, device=device, dtype=torch.float32) * scale).to(dtype)
+
+    layers = []
+    for _ in range(cfg.num_layers):
+        layers.append(LayerWeights(
+            attn_norm=1.0 + rnd(h, scale=0.1),
+            wqkv=rnd((cfg.num_heads + 2 * cfg.num_kv_heads) * d, h, scale=h**-0.5),
+            bqkv=None,
+            wo=rnd(h, cfg.num_heads * d, scale=(cfg.num_heads * d) ** -0.5),
+            bo=None,
+            mlp_norm=1.0 + rnd(h, scale=0.1),
+            w_gate_up=rnd(2 * inter, h, scale=h**-0.5),
+            b_gate_up=None,
+            w_down=rnd(h, inter, scale=inter**-0.5),
+            b_down=None,
+            q_norm=None,
+            k_norm=None,
+        ))  # fmt: skip
+    embed = rnd(cfg.vocab_size, h, scale=1.0)
+    lm_head = embed if cfg.tie_word_embeddings else rnd(cfg.vocab_size, h, scale=4.0 * h**-0.5)
+    return ModelWeights(embed, layers, 1.0 + rnd(h, scale=0.1), lm_head, None)

@@ -9,6 +9,7 @@ and its K tokens and K distributions q′ must agree. Same for the neural backup
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -169,3 +170,18 @@ def test_planner_fanouts_stay_exact(tiny_llama, fanout):
     assert checked["hits"] > 0
     for req in engine.requests.values():
         assert sum(req.plan) == 8 and len(req.plan) == 4
+
+
+DRAFT = Path("/work/main/models/draft")
+
+
+@pytest.mark.skipif(
+    not (DRAFT / "config.json").is_file(),
+    reason="real draft model folder /work/main/models/draft not present (the draft model is trained separately)",
+)
+def test_real_draft_model_branches_equal_plain_decoding():
+    model = DraftModel(DRAFT, kv_mem_mb=256)
+    engine = DraftEngine(model, EngineConfig(k=3, fanout_list=[2, 1, 1, 1], saguaro_c=0.5, backup="neural"))
+    checked = run_rounds(engine, random.Random(1), n_requests=2, rounds=2,
+                         params_list=[DraftParams(temperature=0.0), DraftParams(temperature=0.8, seed=2)])  # fmt: skip
+    assert checked["branches"] >= 2 * 2 * 4

@@ -198,3 +198,36 @@ def test_auto_backup_follows_the_policy(tiny_llama):
     assert st["backup_neural"] + st.get("backup_fast", 0) >= 4
     # The policy saw the rounds: its hit-rate estimate moved off its prior.
     assert policy.p_hit.value != 0.6
+
+
+def test_kv_pool_exhaustion_refuses_one_request_only(tiny_llama):
+    model = DraftModel(tiny_llama, kv_slots=1024)
+    engine = DraftEngine(model, EngineConfig(k=K, fanout_list=[2, 2, 2, 2, 2], backup="neural"))
+    client = DraftClient("inproc://x", transport=InProcClientTransport(DraftServer(engine)))
+    assert client.open("small", [1, 2, 3], 4, DraftParams()).ok
+    with pytest.raises(DraftServerError, match="KV pool"):
+        client.open("huge", list(range(200)) * 6, 4, DraftParams())
+    assert "huge" not in engine.requests and engine.model.pool.used_slots > 0
+    assert client.round([Outcome("small", 0, 5)])[0].ok
+
+
+def test_step_token_cap_bounds_each_forward(tiny_llama):
+    """With many requests, no pre-speculation forward exceeds --max-step-tokens (after the first span),
+    so a lookup waits at most one small step; every tree still completes."""
+    server, client = make(tiny_llama, drain=False, max_step_tokens=24)
+    eng = server.engine
+    sizes = []
+    forward = eng.model.forward
+
+    def spy(spans):
+        sizes.append(sum(s.n for s in spans))
+        return forward(spans)
+
+    eng.model.forward = spy
+    for i in range(6):
+        client.open(f"r{i}", [1, 2, 3, i], 5, DraftParams())
+    sizes.clear()
+    while eng.has_work():
+        eng.work_step()
+    assert max(sizes) <= 24
+    assert all(r.stage is Stage.READY for r in eng.requests.values())

@@ -1,0 +1,45 @@
+"""FlashInfer tree attention against the torch path (needs a CUDA device; skipped elsewhere)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from sglang_ssd.draft.config import ModelConfig
+from sglang_ssd.draft.gpu_check import SMALL
+from sglang_ssd.draft.model import DraftModel, Span
+from sglang_ssd.draft.random_model import random_weights
+
+HAS_FLASHINFER = torch.cuda.is_available() and importlib.util.find_spec("flashinfer") is not None
+
+
+def test_random_weights_build_a_runnable_model():
+    """The in-memory random model used by the GPU check runs on the CPU too (torch path)."""
+    cfg = ModelConfig.from_dict({**SMALL, "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128,
+                                 "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16})  # fmt: skip
+    model = DraftModel(None, "cpu", torch.float32, 256, attention="torch", parts=(cfg, random_weights(cfg, torch.float32, torch.device("cpu"))))
+    start, _ = model.pool.alloc(16)
+    pos = torch.arange(8)
+    out = model.forward([Span(start, torch.arange(8), pos, pos, 8)])[0]
+    assert out.shape == (8, 512) and torch.isfinite(out).all()
+
+
+def test_agreement_harness_on_cpu():
+    """The mirroring harness itself (torch against torch here): identical forwards agree exactly."""
+    from sglang_ssd.draft.gpu_check import agreement
+
+    tiny = {**SMALL, "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}  # fmt: skip
+    report = agreement("cpu", torch.float32, cfg=tiny, other="torch")
+    assert report["forwards"] > 8 and report["max_rel_logit_diff"] == 0.0 and report["ok"]
+
+
+@pytest.mark.skipif(not HAS_FLASHINFER, reason="needs a CUDA device with flashinfer installed")
+def test_flashinfer_tree_attention_matches_torch():
+    from sglang_ssd.draft.gpu_check import agreement
+
+    report = agreement("cuda:0")
+    assert report["forwards"] > 8
+    assert report["ok"], report
