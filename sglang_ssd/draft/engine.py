@@ -25,21 +25,20 @@ import torch
 
 from ..wire.messages import DraftParams, OutcomeMsg
 from ..wire.speculation import Speculation
+from .backup import ensure_capacity, fast_draft, neural_draft
 from .kv_pool import PoolExhausted
 from .model import DraftModel, Span
 from .planning import BackupChooser, FanoutPlanner
 from .request import RequestState, Stage
-from .sampler import RowParams, proposal, sample
+from .sampler import row_params
 from .spec_store import SpecStore
 from .stats import EngineStats, Timer
 from .tree import (
     advance_tree,
     glue_span,
-    num_top,
-    q_to_full,
     select_forks,
-    stack_steps,
     tree_capacity,
+    tree_capacity_for,
     tree_span,
 )
 
@@ -101,18 +100,6 @@ class DraftEngine:
         self.stats = EngineStats()
 
     # ---- request lifetime ---------------------------------------------------------------------------
-    def _row_params(self, p: DraftParams) -> RowParams:
-        temp = p.temperature if p.draft_temperature is None else p.draft_temperature
-        greedy = temp <= 1e-6 or p.top_k == 1
-        support = None
-        if greedy:
-            support = 1
-        elif self.cfg.q_support > 0:
-            support = self.cfg.q_support if p.top_k <= 0 else min(self.cfg.q_support, p.top_k)
-        elif 0 < p.top_k <= self.cfg.sparse_top_k:
-            support = p.top_k
-        return RowParams(temp, p.top_k, p.top_p, p.min_p, self.cfg.saguaro_c, support)
-
     def _check_tokens(self, tokens: list[int], name: str) -> None:
         v = self.model.vocab_size
         if any(t >= v for t in tokens):
@@ -133,7 +120,8 @@ class DraftEngine:
         slot = self._free_slots.pop() if self._free_slots else self._next_slot
         self._next_slot = max(self._next_slot, slot + 1)
         seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
-        req = RequestState(rid, owner, slot, self._row_params(params), seed, list(prompt) + [first_token], extent)
+        rp = row_params(params, self.cfg.saguaro_c, self.cfg.q_support, self.cfg.sparse_top_k)
+        req = RequestState(rid, owner, slot, rp, seed, list(prompt) + [first_token], extent)
         self.requests[rid] = req
         with Timer(self.stats, "prefill"):
             self._prefill(req, prompt)
@@ -351,57 +339,28 @@ class DraftEngine:
 
     # ---- backups --------------------------------------------------------------------------------------
     def _backups(self, reqs: list[RequestState], kind: str) -> list[tuple[torch.Tensor, object]]:
-        if not reqs:
-            return []
-        if kind == "fast":
-            self.stats.count("backup_fast", len(reqs))
-            out = []
-            for r in reqs:
-                toks = r.lookup.propose(r.tokens, self.k)
-                out.append((torch.tensor(toks, dtype=torch.int64), None))
-            return out
-        self.stats.count("backup_neural", len(reqs))
-        with Timer(self.stats, "backup_neural"):
-            return self._neural(reqs)
-
-    def _neural(self, reqs: list[RequestState]) -> list[tuple[torch.Tensor, object]]:
-        """Draft K tokens for each request from its committed context, all requests batched per step."""
-        k = self.k
-        # These tokens will be verified as a speculation drafted by a backup.
-        plan = self.planner.plan(after_miss=True)
-        for r in reqs:
-            self._ensure(r, len(r.tokens) + k + 1)
-        toks = [[] for _ in reqs]
-        qs = [[] for _ in reqs]
-        for j in range(k):
-            spans = []
-            for r, tk in zip(reqs, toks):
-                if j == 0:
-                    chain = r.tokens[r.kv_len :]
-                    pos = torch.arange(r.kv_len, len(r.tokens))
-                    spans.append(Span(r.extent[0], torch.tensor(chain), pos, pos, len(r.tokens),
-                                      out_rows=torch.tensor([len(chain) - 1])))  # fmt: skip
-                else:
-                    p = len(r.tokens) - 1 + j
-                    pos = torch.tensor([p])
-                    spans.append(Span(r.extent[0], torch.tensor([tk[-1]]), pos, pos, p + 1))
-            logits = self.model.forward(spans)
-            for r, lg, tk, ql in zip(reqs, logits, toks, qs):
-                q = proposal(lg, r.params, num_top(plan, j, self.cfg.saguaro_c))
-                head = sample(q, r.seed, torch.tensor([len(r.tokens) + j]))
-                tk.append(int(self.model.to_full_ids(head)[0]))
-                ql.append(q)
-        out = []
-        for r, tk, ql in zip(reqs, toks, qs):
-            # The last committed token is re-fed by the next glue, which also needs its logits.
-            r.kv_len = len(r.tokens) - 1
-            out.append((torch.tensor(tk, dtype=torch.int64), q_to_full(stack_steps(ql)[0], self.model)))
+        """Backup drafts in the order of ``reqs``; a request whose KV cannot grow gets the fast one."""
+        out: list = [None] * len(reqs)
+        neural = []
+        for i, r in enumerate(reqs):
+            if kind == "neural":
+                try:
+                    ensure_capacity(self.model, r, len(r.tokens) + self.k + 1)
+                    neural.append(i)
+                    continue
+                except PoolExhausted:
+                    self.stats.count("pool_pressure")
+            out[i] = fast_draft([r], self.k)[0]
+        self.stats.count("backup_fast", len(reqs) - len(neural))
+        if neural:
+            self.stats.count("backup_neural", len(neural))
+            # These tokens will be verified as a speculation drafted by a backup: fork them as such.
+            plan = self.planner.plan(after_miss=True)
+            with Timer(self.stats, "backup_neural"):
+                drafts = neural_draft(self.model, [reqs[i] for i in neural], self.k, plan, self.cfg.saguaro_c)
+            for i, d in zip(neural, drafts):
+                out[i] = d
         return out
-
-    def _ensure(self, req: RequestState, need: int) -> None:
-        start, length = req.extent
-        if need > length:
-            req.extent = self.model.pool.grow(start, length, need, keep=req.kv_len)
 
     # ---- pre-speculation ------------------------------------------------------------------------------
     def cancel_prespeculation(self) -> None:
@@ -425,7 +384,7 @@ class DraftEngine:
         for r in active:
             if r.stage is Stage.GLUE:
                 try:
-                    self._ensure(r, tree_capacity(r, self.k, self.budget))
+                    ensure_capacity(self.model, r, tree_capacity(r, self.k, self.budget))
                 except PoolExhausted:
                     r.stage = Stage.IDLE  # no pre-speculation: its next round is a miss
                     self.stats.count("pool_pressure")
@@ -455,8 +414,3 @@ class DraftEngine:
                         self.store.put(r)
                         r.stage, r.ready_at = Stage.READY, time.monotonic()
         self.stats.count("step_tokens", n_tok)
-
-
-def tree_capacity_for(prompt_len: int, k: int, budget: int) -> int:
-    """Initial extent for a new request: prompt + one round's glue and tree, with room to grow."""
-    return prompt_len + 2 * (k + 1) + k * budget + 64

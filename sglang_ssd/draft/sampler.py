@@ -70,6 +70,21 @@ class RowParams:
         return self.top_k > 0 or self.top_p < 1.0 or self.min_p > 0.0
 
 
+def row_params(p, c: float, q_support: int, sparse_top_k: int) -> RowParams:
+    """A request's :class:`RowParams` from its ``DraftParams`` and the server's settings: the draft
+    mirrors the target's processing at its own temperature; q′ is sparse when it is truncated anyway
+    (greedy, top-k ≤ ``sparse_top_k``) or when the server truncates it (``q_support`` > 0)."""
+    temp = p.temperature if p.draft_temperature is None else p.draft_temperature
+    support = None
+    if temp <= GREEDY_EPS or p.top_k == 1:
+        support = 1
+    elif q_support > 0:
+        support = q_support if p.top_k <= 0 else min(q_support, p.top_k)
+    elif 0 < p.top_k <= sparse_top_k:
+        support = p.top_k
+    return RowParams(temp, p.top_k, p.top_p, p.min_p, c, support)
+
+
 def proposal(logits: torch.Tensor, params: RowParams, num_top: int) -> torch.Tensor | SparseProbs:
     """q′ for rows of one request: ``logits`` float ``[N, V_head]`` ⇒ dense ``[N, V_head]`` or
     :class:`SparseProbs` ``[N, S]`` over head rows. ``num_top``: Saguaro's top set (F + 1)."""

@@ -118,6 +118,11 @@ def tree_capacity(req: RequestState, k: int, budget: int) -> int:
     return len(req.tokens) + len(req.spec) + 1 + k * budget
 
 
+def tree_capacity_for(prompt_len: int, k: int, budget: int) -> int:
+    """Initial extent for a new request: prompt + one round's glue and tree, with room to grow."""
+    return prompt_len + 2 * (k + 1) + k * budget + 64
+
+
 def q_to_full(q: torch.Tensor | SparseProbs, model: DraftModel) -> torch.Tensor | SparseProbs:
     """q′ over head rows ⇒ q′ over the full vocabulary (exact; zero outside a reduced head)."""
     if isinstance(q, SparseProbs):
