@@ -123,11 +123,15 @@ class DraftEngine:
         rp = row_params(params, self.cfg.saguaro_c, self.cfg.q_support, self.cfg.sparse_top_k)
         req = RequestState(rid, owner, slot, rp, seed, list(prompt) + [first_token], extent)
         self.requests[rid] = req
-        with Timer(self.stats, "prefill"):
-            self._prefill(req, prompt)
-        req.lookup.update(req.tokens)
-        kind = self.backup.choose(1)
-        tokens, q = self._backups([req], kind)[0]
+        try:
+            with Timer(self.stats, "prefill"):
+                self._prefill(req, prompt)
+            req.lookup.update(req.tokens)
+            kind = self.backup.choose(1)
+            tokens, q = self._backups([req], kind)[0]
+        except Exception:
+            self.close([rid])  # never keep a half-opened request
+            raise
         self.stats.count("forced_miss")
         return self._finish(req, tokens, q, origin=kind)
 

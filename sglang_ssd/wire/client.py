@@ -120,12 +120,11 @@ class DraftClient:
 
     # ---- the API the worker uses --------------------------------------------------------------------
     def open(self, rid: str, prompt_tokens: list[int], first_token: int, params: DraftParams) -> Speculation:
-        """Start ``rid``; returns the first round's speculation (a forced miss, from the backup)."""
+        """Start (or restart) ``rid``; returns the first round's speculation (a forced miss, from the
+        backup). A request the server cannot take (full, KV pool exhausted, ids outside its vocabulary)
+        comes back with ``error`` set and no tokens; the server itself stays usable."""
         body = Open(rid=rid, prompt_tokens=list(prompt_tokens), first_token=int(first_token), params=params)
-        spec = self._speculations(body, [rid])[0]
-        if spec.error is not None:
-            raise DraftServerError("open_failed", spec.error)
-        return spec
+        return self._speculations(body, [rid])[0]
 
     def round(self, outcomes: list[Outcome]) -> list[Speculation]:
         """Send round T's outcomes; returns round T+1's speculations in the order of ``outcomes``."""

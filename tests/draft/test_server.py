@@ -79,8 +79,8 @@ def test_per_request_errors_do_not_spoil_the_batch(tiny_llama):
     bad_bonus = client.round([Outcome("a", 0, 10_000)])[0]
     assert "vocabulary" in bad_bonus.error
     assert client.draft(["nope"])[0].error is not None
-    with pytest.raises(DraftServerError, match="vocabulary"):
-        client.open("c", [1, 999], 2, DraftParams())
+    refused = client.open("c", [1, 999], 2, DraftParams())
+    assert "vocabulary" in refused.error and refused.tokens.numel() == 0 and "c" not in server.engine.requests
 
 
 def test_out_of_sync_outcome_is_refused(tiny_llama):
@@ -205,8 +205,7 @@ def test_kv_pool_exhaustion_refuses_one_request_only(tiny_llama):
     engine = DraftEngine(model, EngineConfig(k=K, fanout_list=[2, 2, 2, 2, 2], backup="neural"))
     client = DraftClient("inproc://x", transport=InProcClientTransport(DraftServer(engine)))
     assert client.open("small", [1, 2, 3], 4, DraftParams()).ok
-    with pytest.raises(DraftServerError, match="KV pool"):
-        client.open("huge", list(range(200)) * 6, 4, DraftParams())
+    assert "KV pool" in client.open("huge", list(range(200)) * 6, 4, DraftParams()).error
     assert "huge" not in engine.requests and engine.model.pool.used_slots > 0
     assert client.round([Outcome("small", 0, 5)])[0].ok
 
