@@ -236,9 +236,13 @@ class NgramDraft:
 
 # --------------------------------------------------------------------------------------------- building
 def corpus_from_draft_data(data_dir: Path) -> list[list[int]]:
-    """prompt + answer ids of every record cached by `sglang_ssd.models.draft_data` under `data_dir`."""
+    """prompt + answer ids of every training record cached by `sglang_ssd.models.draft_data` in `data_dir`.
+
+    Only the training batches (`*_batch_*.pt`) are read: the evaluation references cached there by
+    `draft_eval` (`eval_ref_*.pt`) answer held-out prompts and must stay out of any fitted table.
+    """
     seqs = []
-    for f in sorted(data_dir.rglob("*.pt")):
+    for f in sorted(data_dir.glob("*_batch_*.pt")):
         for rec in torch.load(f, weights_only=True):
             seqs.append(rec["prompt"].tolist() + rec["answer"].tolist())
     return seqs
