@@ -131,3 +131,12 @@ def test_greedy_acceptance_counts():
     assert res["rounds"] == 1 and res["accepted_per_round"] == 2 and res["alpha"] == 1.0
     # Per-token: after [7,8] → 9 ✓, after [7,8,9] → 10 ✓, after [7,8,9,10] → not 11 (table says nothing of 11).
     assert res["per_token"] == pytest.approx(2 / 3)
+
+
+def test_corpus_reads_training_batches_only(tmp_path):
+    from sglang_ssd.models.ngram import corpus_from_draft_data
+
+    rec = {"prompt": torch.tensor([1, 2]), "answer": torch.tensor([3, 4, 2])}
+    torch.save([rec, rec], tmp_path / "g4_s0_seed0_batch_0000.pt")
+    torch.save([{"prompt": torch.tensor([9]), "answer": torch.tensor([9, 9])}], tmp_path / "eval_ref_abc.pt")
+    assert corpus_from_draft_data(tmp_path) == [[1, 2, 3, 4, 2], [1, 2, 3, 4, 2]]
