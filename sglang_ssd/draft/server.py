@@ -13,6 +13,7 @@ reply (logged with its traceback).
 from __future__ import annotations
 
 import logging
+import os
 import time
 import traceback
 from collections.abc import Callable
@@ -152,10 +153,15 @@ class DraftServer:
         self.transport = transport
         while not should_stop():
             msg = transport.recv(0 if self.has_work() else poll_ms)
+            replied = False
             while msg is not None:
                 peer, frames = msg
                 transport.send(peer, self.handle(peer, frames))
+                replied = True
                 msg = transport.recv(0)
+            if replied and self.has_work():
+                # Let libzmq's I/O thread put the reply on the wire before a tree step takes the core.
+                os.sched_yield()
             if self.has_work():
                 self.work_step()
             now = time.monotonic()
