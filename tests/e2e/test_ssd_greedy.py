@@ -48,3 +48,22 @@ def test_ssd_reports_its_counters(ssd_server):
     with urllib.request.urlopen(f"{ssd_server.url}/metrics", timeout=30) as r:
         text = r.read().decode()
     assert "sglang:ssd_hit_rate" in text
+
+
+def test_stop_strings_max_tokens_and_logprobs_match_ar(ssd_server, ar_server, equality_prompts):
+    """Features that cut or annotate an accepted block behave exactly as in AR."""
+    cases = [
+        {"temperature": 0, "max_new_tokens": 5},
+        {"temperature": 0, "max_new_tokens": 40, "stop": ["\n", "."]},
+    ]
+    for ids in equality_prompts[:4]:
+        for params in cases:
+            a = ar_server.generate(ids, params, return_logprob=True)
+            s = ssd_server.generate(ids, params, return_logprob=True)
+            assert s["output_ids"] == a["output_ids"], params
+            assert s["text"] == a["text"]
+            assert s["meta_info"]["finish_reason"] == a["meta_info"]["finish_reason"]
+            la = [x[0] for x in a["meta_info"]["output_token_logprobs"]]
+            ls = [x[0] for x in s["meta_info"]["output_token_logprobs"]]
+            assert len(ls) == len(la)
+            assert max(abs(x - y) for x, y in zip(la, ls)) < 1e-3
