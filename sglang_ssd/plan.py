@@ -1,0 +1,366 @@
+"""Planner: predicted tokens/s of AR, SD and SSD from measured forward costs, and the settings to use.
+
+    python -m sglang_ssd.plan --calibration bench/results/calibration.json [--sweep bench/results/sweep.jsonl]
+                              [--alpha A] [--r R] [--batch B] [--temperature T]
+
+Model (times in ms, rates in output tokens/s over the b requests of a batch; paper Theorem 7 /
+Corollary 9 / Theorem 17 with the latencies priced in ms, see ``sglang_ssd/planner/rates.py``):
+
+- AR (K = 0): b / T_v(1)
+- SD per round: b·E(α, K) / (T_v(K+1) + K·T_draft + overhead)
+- SSD per round: b·(p_hit·E_hit + (1 − p_hit)·E_miss) / (max(T_v(K+1), T_tree) + (1 − p_hit^b)·T_backup + overhead)
+
+with E(α, K) = (1 − α^{K+1})/(1 − α); T_v(n) the target's forward over n new tokens (batch b);
+T_draft one draft step of b tokens; T_tree = glue(b·(K+1) tokens) + K·tree_step(b·ΣF tokens);
+p_hit = Σ_k P(k)(1 − c·F_k^{−r}) for the fan-out plan F (``algo.fanout.hit_probability``);
+E_hit = E(α, K); the backup is neural (E_miss = E(α, K), T_backup = K draft steps over the missed
+requests) or fast (E_miss = ``e_miss_fast``, T_backup = 0), whichever the model rates faster — the
+choice the live ``BackupPolicy`` makes. At b = 1, (1 − p_hit^b) = (1 − p_hit). ``overhead`` is the
+per-round lookup + communication (default 0: not measured by the calibration; pass the wire bench's).
+
+K = 0 (plain decoding) is recommended whenever no K > 0 is predicted faster than AR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from .algo.fanout import geometric_fanout, hit_probability, uniform_fanout
+from .algo.policy import BackupOption, crossover_batch, expected_tokens
+from .planner.costs import CostModel
+from .planner.rates import ar_rate, sd_rate, ssd_rate, ssd_round_ms
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One configuration's predicted rate. ``draft_ms``: K·T_draft for SD, T_tree for SSD."""
+
+    mode: Literal["ar", "sd", "ssd"]
+    k: int
+    tok_s: float
+    round_ms: float
+    tokens_per_round: float
+    verify_ms: float
+    draft_ms: float = 0.0
+    budget: int = 0
+    fanout: tuple[int, ...] = ()
+    p_hit: float | None = None
+    backup: str | None = None
+    backup_ms: float = 0.0
+
+
+@dataclass
+class Plan:
+    """Predictions for K = 0..k_max and the recommendation. ``recommended`` is the fastest of all
+    (AR when nothing beats it: K = 0); ``best_ssd`` / ``best_sd`` are the fastest of each mode."""
+
+    alpha: float
+    r: float
+    c: float
+    batch: int
+    temperature: float
+    overhead_ms: float
+    ar: Prediction
+    sd: list[Prediction]
+    ssd: list[Prediction]
+    recommended: Prediction
+    best_sd: Prediction | None
+    best_ssd: Prediction | None
+    b_star: int | None
+    saguaro_c: float
+    saguaro_note: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def k(self) -> int:
+        """Recommended K (0 = plain decoding)."""
+        return self.recommended.k
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _check_unit(name: str, x: float, hi_open: bool = False) -> None:
+    if not (isinstance(x, int | float) and math.isfinite(x) and 0.0 <= x <= 1.0) or (hi_open and x == 1.0):
+        raise ValueError(f"{name} must be in [0, 1{')' if hi_open else ']'}, got {x}")
+
+
+def _fanout(alpha: float, r: float, K: int, budget: int, mode: str) -> list[int]:
+    return geometric_fanout(alpha, r, K, budget) if mode == "geometric" else uniform_fanout(K, budget)
+
+
+def predict_ssd(
+    costs: CostModel,
+    alpha: float,
+    r: float,
+    K: int,
+    budget: int,
+    *,
+    batch: int = 1,
+    c: float = 1.0,
+    overhead_ms: float = 0.0,
+    e_miss_fast: float = 1.0,
+    backup: str = "auto",
+    fanout_mode: str = "geometric",
+) -> Prediction:
+    """SSD at one (K, budget). ``backup``: "neural", "fast" or "auto" (the faster of the two)."""
+    fan = _fanout(alpha, r, K, budget, fanout_mode)
+    p = hit_probability(fan, alpha, r, c)
+    e = expected_tokens(alpha, K)
+    t_v, t_tree = costs.verify_ms(K + 1, batch), costs.tree_ms(K, budget, batch)
+    options = {"neural": (e, costs.neural_backup_ms(K, batch * (1 - p))), "fast": (e_miss_fast, 0.0)}
+    kinds = list(options) if backup == "auto" else [backup]
+    best = None
+    for kind in kinds:
+        e_miss, t_b = options[kind]
+        rate = ssd_rate(p, e, e_miss, t_v, t_tree, t_b, overhead_ms, batch)
+        if best is None or rate > best.tok_s:
+            best = Prediction(
+                "ssd", K, rate, ssd_round_ms(p, t_v, t_tree, t_b, overhead_ms, batch),
+                p * e + (1 - p) * e_miss, t_v, t_tree, budget, tuple(fan), p, kind, t_b,
+            )  # fmt: skip
+    return best
+
+
+def predict_sd(
+    costs: CostModel, alpha: float, K: int, *, batch: int = 1, overhead_ms: float = 0.0
+) -> Prediction:
+    e, t_v, t_d = expected_tokens(alpha, K), costs.verify_ms(K + 1, batch), costs.draft_step_ms(batch)
+    rate = sd_rate(e, t_v, t_d, K, overhead_ms, batch)
+    return Prediction("sd", K, rate, t_v + K * t_d + overhead_ms, e, t_v, K * t_d)
+
+
+def plan(
+    calibration: dict,
+    alpha: float,
+    r: float,
+    batch: int = 1,
+    *,
+    c: float = 1.0,
+    temperature: float = 0.0,
+    overhead_ms: float = 0.0,
+    e_miss_fast: float = 1.0,
+    k_max: int = 8,
+    max_budget: int = 64,
+    fanout_mode: str = "geometric",
+    stat: str = "median",
+    saguaro: dict[float, float] | None = None,
+) -> Plan:
+    """Predict AR / SD / SSD for K = 0..k_max (SSD at its best budget 1..max_budget per K) and recommend.
+
+    ``calibration``: the dict of ``bench/calibrate.py``. ``alpha``: per-token acceptance; ``r``, ``c``:
+    the miss power law 1 − p_hit(F) = c·F^{−r}. ``saguaro``: predicted tok/s per Saguaro C measured at
+    this temperature (from a sweep), if any — C is not otherwise modelled.
+    """
+    _check_unit("alpha", alpha)
+    _check_unit("c", c)
+    if not (isinstance(r, int | float) and math.isfinite(r) and r >= 0):
+        raise ValueError(f"r must be a finite number ≥ 0, got {r}")
+    if not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be an integer ≥ 1, got {batch}")
+    if not isinstance(k_max, int) or k_max < 0:
+        raise ValueError(f"k_max must be an integer ≥ 0, got {k_max}")
+    if not isinstance(max_budget, int) or max_budget < 1:
+        raise ValueError(f"max_budget must be an integer ≥ 1, got {max_budget}")
+    if fanout_mode not in ("geometric", "uniform"):
+        raise ValueError(f"fanout_mode must be 'geometric' or 'uniform', got {fanout_mode!r}")
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"temperature must be ≥ 0, got {temperature}")
+    if not (math.isfinite(overhead_ms) and overhead_ms >= 0):
+        raise ValueError(f"overhead_ms must be ≥ 0, got {overhead_ms}")
+    costs = CostModel(calibration, stat)
+    notes = []
+    t1 = costs.verify_ms(1, batch)
+    ar = Prediction("ar", 0, ar_rate(t1, batch), t1, 1.0, t1)
+    if batch not in costs.measured_batches():
+        notes.append(f"target batch {batch} not measured: T_v scaled from batch ≤ {batch} by token count")
+    if k_max + 1 > costs.max_verify_n:
+        notes.append(f"T_v(n) for n > {costs.max_verify_n} is extrapolated (average slope)")
+    sd, ssd = [], []
+    if costs.has_draft:
+        if costs.draft_source != "draft folder":
+            notes.append(f"draft costs are those of a stand-in ({costs.draft_source})")
+        for K in range(1, k_max + 1):
+            sd.append(predict_sd(costs, alpha, K, batch=batch, overhead_ms=overhead_ms))
+            per_budget = [
+                predict_ssd(
+                    costs,
+                    alpha,
+                    r,
+                    K,
+                    b,
+                    batch=batch,
+                    c=c,
+                    overhead_ms=overhead_ms,
+                    e_miss_fast=e_miss_fast,
+                    fanout_mode=fanout_mode,
+                )  # fmt: skip
+                for b in range(1, max_budget + 1)
+            ]
+            ssd.append(max(per_budget, key=lambda p: p.tok_s))
+    else:
+        notes.append("no draft timings: only AR is predicted")
+    best_sd = max(sd, key=lambda p: p.tok_s, default=None)
+    best_ssd = max(ssd, key=lambda p: p.tok_s, default=None)
+    recommended = max([ar, *sd, *ssd], key=lambda p: p.tok_s)  # ties keep AR (first)
+    b_star = None
+    if best_ssd is not None:
+        t_v = best_ssd.verify_ms
+        e = expected_tokens(alpha, best_ssd.k)
+        neural_t = costs.neural_backup_ms(best_ssd.k, 1.0) / t_v
+        b_star = crossover_batch(
+            best_ssd.p_hit,
+            e,
+            best_ssd.draft_ms / t_v,
+            BackupOption(e, neural_t),
+            BackupOption(e_miss_fast, 0.0),
+        )
+    if temperature <= 0:
+        sag_c, sag_note = 1.0, "greedy: Saguaro sampling changes nothing at T = 0, C = 1"
+    elif saguaro:
+        sag_c = max(saguaro, key=saguaro.get)
+        sag_note = "measured at T > 0 (sweep): " + ", ".join(
+            f"C={k:g}: {v:.1f} tok/s" for k, v in sorted(saguaro.items())
+        )
+    else:
+        sag_c = 1.0
+        sag_note = ("not modelled: C trades acceptance α for hit rate in a way α and r alone do not predict; "
+                    "C = 1 (off) until a sweep over C at this temperature is given")  # fmt: skip
+    return Plan(alpha, r, c, batch, temperature, overhead_ms, ar, sd, ssd, recommended, best_sd, best_ssd,
+                b_star, sag_c, sag_note, notes)  # fmt: skip
+
+
+def choose_k(
+    t_verify: list[float], t_draft: float, alpha: float, p_hit: float, k_max: int, mode: Literal["sd", "ssd"]
+) -> int:
+    """The K (0..k_max) with the highest predicted tokens/s for one request; 0 = plain decoding.
+
+    ``t_verify[n−1]`` = T_v(n) in ms (K is capped at len(t_verify) − 1); ``t_draft`` = one draft
+    forward in ms. SD: E(α, K)/(T_v(K+1) + K·t_draft). SSD: E(α, K)/(max(T_v(K+1), (K+1)·t_draft)
+    + (1 − p_hit)·K·t_draft) — the pre-speculation taken as K+1 draft forwards (glue + K branch
+    steps, ``t_draft`` being a tree step) and a neural backup as K steps. K = 0: 1/T_v(1). Ties keep
+    the smaller K.
+    """
+    if not t_verify or any(not (math.isfinite(t) and t > 0) for t in t_verify):
+        raise ValueError("t_verify must be a non-empty list of finite times > 0")
+    if not (math.isfinite(t_draft) and t_draft >= 0):
+        raise ValueError(f"t_draft must be a finite time ≥ 0, got {t_draft}")
+    _check_unit("alpha", alpha)
+    _check_unit("p_hit", p_hit)
+    if not isinstance(k_max, int) or k_max < 0:
+        raise ValueError(f"k_max must be an integer ≥ 0, got {k_max}")
+    if mode not in ("sd", "ssd"):
+        raise ValueError(f"mode must be 'sd' or 'ssd', got {mode!r}")
+    best_k, best = 0, 1.0 / t_verify[0]
+    for K in range(1, min(k_max, len(t_verify) - 1) + 1):
+        e, t_v = expected_tokens(alpha, K), t_verify[K]
+        if mode == "sd":
+            rate = e / (t_v + K * t_draft)
+        else:
+            rate = e / (max(t_v, (K + 1) * t_draft) + (1 - p_hit) * K * t_draft)
+        if rate > best:
+            best_k, best = K, rate
+    return best_k
+
+
+# ---- CLI ------------------------------------------------------------------------------------------
+
+
+def format_plan(p: Plan) -> str:
+    lines = [
+        f"inputs: α = {p.alpha:.3f}, r = {p.r:.3f}, c = {p.c:g}, batch = {p.batch}, T = {p.temperature:g}, "
+        f"overhead = {p.overhead_ms:g} ms/round",
+        "",
+        "| K | AR tok/s | SD tok/s | SD round ms | SSD tok/s | SSD round ms | budget ΣF | fan-out F_0..F_K | p_hit | backup |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        f"| 0 | {p.ar.tok_s:.2f} | – | – | – | – | – | – | – | – |",
+    ]
+    for sd, ssd in zip(p.sd, p.ssd):
+        lines.append(
+            f"| {sd.k} | | {sd.tok_s:.2f} | {sd.round_ms:.1f} | {ssd.tok_s:.2f} | {ssd.round_ms:.1f} | "
+            f"{ssd.budget} | {list(ssd.fanout)} | {ssd.p_hit:.3f} | {ssd.backup} |"
+        )
+    rec = p.recommended
+    lines.append("")
+    if rec.mode == "ar":
+        lines.append(
+            f"recommended: K = 0 (plain decoding), {rec.tok_s:.2f} tok/s — no K > 0 is predicted faster"
+        )
+    else:
+        lines.append(
+            f"recommended: {rec.mode.upper()} K = {rec.k}, {rec.tok_s:.2f} tok/s ({rec.tok_s / p.ar.tok_s:.2f}× AR)"
+        )
+    if p.best_sd:
+        lines.append(
+            f"best SD: K = {p.best_sd.k}, {p.best_sd.tok_s:.2f} tok/s ({p.best_sd.tok_s / p.ar.tok_s:.2f}× AR)"
+        )
+    if p.best_ssd:
+        s = p.best_ssd
+        lines.append(
+            f"best SSD: K = {s.k}, budget ΣF = {s.budget}, fan-out {list(s.fanout)}, p_hit = {s.p_hit:.3f}, "
+            f"{s.backup} backup, {s.tok_s:.2f} tok/s ({s.tok_s / p.ar.tok_s:.2f}× AR)"
+        )
+        lines.append(
+            f"backup threshold b* (neural below, fast from): {p.b_star if p.b_star else 'none ≤ 4096'}"
+        )
+    lines.append(f"Saguaro C = {p.saguaro_c:g}: {p.saguaro_note}")
+    lines += [f"note: {n}" for n in p.notes]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .planner.sweep import compare_sweep, estimate_alpha_r, load_sweep, saguaro_table
+
+    ap = argparse.ArgumentParser(prog="python -m sglang_ssd.plan", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap.add_argument("--calibration", required=True, help="JSON of bench/calibrate.py")
+    ap.add_argument("--sweep", default=None, help="JSONL of a serving sweep (α, r estimated from it)")
+    ap.add_argument("--alpha", type=float, default=None)
+    ap.add_argument("--r", type=float, default=None)
+    ap.add_argument("--c", type=float, default=1.0, help="miss law 1 − p_hit = c·F^−r (paper: c = 1)")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--overhead-ms", type=float, default=0.0, help="per-round lookup + communication")
+    ap.add_argument("--e-miss-fast", type=float, default=1.0, help="tokens per round after a fast backup")
+    ap.add_argument("--k-max", type=int, default=8)
+    ap.add_argument("--max-budget", type=int, default=64)
+    ap.add_argument("--fanout", default="geometric", choices=["geometric", "uniform"])
+    ap.add_argument("--stat", default="median", choices=["median", "min"], help="which calibration timings")
+    ap.add_argument("--json", default=None, help="also write the plan here")
+    args = ap.parse_args(argv)
+    with open(args.calibration) as f:
+        cal = json.load(f)
+    records = load_sweep(args.sweep) if args.sweep else []
+    alpha, r, source = args.alpha, args.r, []
+    if records and (alpha is None or r is None):
+        est_a, est_r, how = estimate_alpha_r(records, args.temperature, args.c)
+        alpha = est_a if alpha is None else alpha
+        r = est_r if r is None else r
+        source.append(how)
+    if alpha is None:
+        ap.error("--alpha is required when no --sweep gives one")
+    if r is None:
+        r = 1.0
+        source.append("r = 1.0 assumed (no --r and no SSD records to estimate it from)")
+    saguaro = saguaro_table(records, cal, args.temperature, args.stat, args.overhead_ms) if records else None
+    p = plan(cal, alpha, r, args.batch, c=args.c, temperature=args.temperature, overhead_ms=args.overhead_ms,
+             e_miss_fast=args.e_miss_fast, k_max=args.k_max, max_budget=args.max_budget,
+             fanout_mode=args.fanout, stat=args.stat, saguaro=saguaro)  # fmt: skip
+    p.notes = source + p.notes
+    print(format_plan(p))
+    if records:
+        print()
+        print(compare_sweep(records, cal, args.stat, args.overhead_ms, args.c, args.e_miss_fast))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(p.to_dict(), f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,2 @@
+"""Pieces of the planner (``python -m sglang_ssd.plan``): forward costs from a calibration, rate
+formulas in ms, and a sweep's records against the predictions."""

@@ -1,0 +1,237 @@
+"""A serving sweep's JSONL records against the planner's predictions.
+
+A record is one measured configuration (one line of JSON). Fields read: ``config`` (a name containing
+"ssd", "sd" or starting with "ar"; ``k`` = 0 also means AR), ``k``, ``budget`` (ΣF_k per request),
+``concurrency`` (= batch b), ``temperature``, ``alpha`` (per-token acceptance), ``hit_rate`` (SSD cache
+hits / lookups), ``accept_length`` (tokens per round, bonus included), ``output_throughput``
+(measured output tokens/s, all requests). Optional: ``backup`` ("neural" | "fast" | "auto"),
+``fanout`` ("geometric" | "uniform"), ``saguaro_c``, ``colocated`` (SSD's draft on the target's core:
+no overlap, round = T_v + T_tree), ``mean_ttft_ms`` with ``output_len`` (or ``total_output_tokens`` and
+``completed``) — when present the prediction adds the measured time to first token to each request,
+as the measured throughput includes it.
+
+Two predictions per record:
+- **own**: the timing model fed with the record's own measured acceptance — tokens per round =
+  ``accept_length`` (else E(α, K)), p_hit = ``hit_rate``. Tests the cost side of the model.
+- **pooled**: the full model — α and r pooled over the sweep at the record's temperature, p_hit from
+  the fan-out plan. Tests the whole planner.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+from ..algo.fanout import geometric_fanout, hit_probability, uniform_fanout
+from ..algo.policy import expected_tokens
+from .costs import CostModel
+from .rates import ar_rate, sd_rate, ssd_rate
+
+TOLERANCE_PCT = 15.0
+
+
+def load_sweep(path: str | Path) -> list[dict]:
+    records = []
+    for i, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"sweep: line {i} of {path} is not JSON ({e})") from e
+            if not isinstance(rec, dict):
+                raise ValueError(f"sweep: line {i} of {path} is not an object")
+            records.append(rec)
+    return records
+
+
+def record_mode(rec: dict) -> str | None:
+    cfg = str(rec.get("config", "")).lower()
+    if "ssd" in cfg:
+        return "ssd"
+    if cfg.startswith("ar") or rec.get("k") == 0:
+        return "ar"
+    if "sd" in cfg:
+        return "sd"
+    return None
+
+
+def _same_t(rec: dict, temperature: float) -> bool:
+    return abs(float(rec.get("temperature", 0.0)) - temperature) < 1e-6
+
+
+def _fanout(rec: dict, alpha: float, r: float) -> list[int]:
+    K, budget = int(rec["k"]), int(rec["budget"])
+    if rec.get("fanout", "geometric") == "uniform":
+        return uniform_fanout(K, budget)
+    return geometric_fanout(alpha, r, K, budget)
+
+
+def r_from_hit_rate(rec: dict, c: float = 1.0, r_max: float = 50.0) -> float | None:
+    """r at which the fan-out model's p_hit equals the record's ``hit_rate`` (bisection; the model's
+    p_hit grows with r). None when out of reach (e.g. forks with F ≤ 1 contribute nothing at c = 1)."""
+    alpha, target = float(rec["alpha"]), float(rec["hit_rate"])
+
+    def f(r: float) -> float:
+        return hit_probability(_fanout(rec, alpha, r), alpha, r, c) - target
+
+    if f(0.0) > 0 or f(r_max) < 0:
+        return None
+    lo, hi = 0.0, r_max
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if f(mid) < 0 else (lo, mid)
+    return (lo + hi) / 2
+
+
+def estimate_alpha_r(
+    records: list[dict], temperature: float, c: float = 1.0
+) -> tuple[float | None, float | None, str]:
+    """(α, r, how): medians over the SD/SSD records at ``temperature`` (all temperatures if none)."""
+    spec = [x for x in records if record_mode(x) in ("sd", "ssd") and "alpha" in x]
+    at_t = [x for x in spec if _same_t(x, temperature)]
+    scope = f"T = {temperature:g}"
+    if not at_t and spec:
+        at_t, scope = spec, "all temperatures (none at the requested one)"
+    alpha = statistics.median(float(x["alpha"]) for x in at_t) if at_t else None
+    rs = [
+        r for x in at_t
+        if record_mode(x) == "ssd" and 0 < float(x.get("hit_rate", 0)) < 1 and "budget" in x
+        for r in [r_from_hit_rate(x, c)] if r is not None
+    ]  # fmt: skip
+    r = statistics.median(rs) if rs else None
+    how = (f"from the sweep ({scope}): α = median of {len(at_t)} records' alpha"
+           + (f", r = median over {len(rs)} SSD records of the r that makes the fan-out model's p_hit "
+              f"equal their hit_rate (c = {c:g})" if rs else ", r not estimable (no usable SSD record)"))  # fmt: skip
+    return alpha, r, how
+
+
+def _with_ttft(rec: dict, rate: float) -> float:
+    """Aggregate rate once each request also waits its measured time to first token."""
+    ttft = rec.get("mean_ttft_ms")
+    n = rec.get("output_len")
+    if n is None and rec.get("total_output_tokens") and rec.get("completed"):
+        n = rec["total_output_tokens"] / rec["completed"]
+    if ttft is None or not n:
+        return rate
+    b = int(rec.get("concurrency", 1))
+    return 1000.0 * b * n / (float(ttft) + 1000.0 * n * b / rate)
+
+
+def predict_record(
+    rec: dict,
+    costs: CostModel,
+    *,
+    overhead_ms: float = 0.0,
+    c: float = 1.0,
+    e_miss_fast: float = 1.0,
+    pooled: tuple[float, float] | None = None,
+) -> float:
+    """Predicted output tokens/s of one record (``pooled`` = (α, r) for the full model, else own stats)."""
+    mode, b = record_mode(rec), int(rec.get("concurrency", 1))
+    if mode == "ar":
+        return _with_ttft(rec, ar_rate(costs.verify_ms(1, b), b))
+    K = int(rec["k"])
+    alpha = pooled[0] if pooled else float(rec["alpha"])
+    e = expected_tokens(alpha, K)
+    tokens = e if pooled or "accept_length" not in rec else float(rec["accept_length"])
+    t_v = costs.verify_ms(K + 1, b)
+    if mode == "sd":
+        return _with_ttft(rec, sd_rate(tokens, t_v, costs.draft_step_ms(b), K, overhead_ms, b))
+    budget = int(rec["budget"])
+    if pooled:
+        p = hit_probability(_fanout(rec, alpha, pooled[1]), alpha, pooled[1], c)
+    else:
+        p = float(rec["hit_rate"])
+    t_tree = costs.tree_ms(K, budget, b)
+    if rec.get("colocated"):
+        t_tree += t_v  # one core: the pre-speculation cannot overlap the verification
+    backups = {"neural": (e, costs.neural_backup_ms(K, b * (1 - p))), "fast": (e_miss_fast, 0.0)}
+    kind = rec.get("backup", "auto")
+    if kind == "auto":  # the kind the model rates faster (what the live BackupPolicy would pick)
+        kind = max(
+            backups, key=lambda n: ssd_rate(p, e, backups[n][0], t_v, t_tree, backups[n][1], overhead_ms, b)
+        )
+    if kind not in backups:
+        raise ValueError(f"sweep: record backup {kind!r} is not neural, fast or auto")
+    e_miss, t_b = backups[kind]
+    if not pooled and "accept_length" in rec:  # measured tokens per round already mix hit and miss rounds
+        e, e_miss = tokens, tokens
+    return _with_ttft(rec, ssd_rate(p, e, e_miss, t_v, t_tree, t_b, overhead_ms, b))
+
+
+def saguaro_table(records: list[dict], calibration: dict, temperature: float, stat: str = "median",
+                  overhead_ms: float = 0.0) -> dict[float, float] | None:  # fmt: skip
+    """Predicted tok/s per Saguaro C from the SSD records at ``temperature`` > 0 that carry
+    ``saguaro_c`` (their own α and hit rate, so C's effect on both is measured, not modelled).
+    Concurrency-1 records only when there are any. None with fewer than two distinct C."""
+    if temperature <= 0:
+        return None
+    recs = [x for x in records if record_mode(x) == "ssd" and "saguaro_c" in x and _same_t(x, temperature)]
+    if any(int(x.get("concurrency", 1)) == 1 for x in recs):
+        recs = [x for x in recs if int(x.get("concurrency", 1)) == 1]
+    costs = CostModel(calibration, stat)
+    by_c: dict[float, list[float]] = {}
+    for x in recs:
+        by_c.setdefault(float(x["saguaro_c"]), []).append(predict_record(x, costs, overhead_ms=overhead_ms))
+    if len(by_c) < 2:
+        return None
+    return {k: sum(v) / len(v) for k, v in by_c.items()}
+
+
+def compare_sweep(records: list[dict], calibration: dict, stat: str = "median", overhead_ms: float = 0.0,
+                  c: float = 1.0, e_miss_fast: float = 1.0) -> str:  # fmt: skip
+    """Table of measured vs predicted tokens/s per record, errors in %, and a summary."""
+    costs = CostModel(calibration, stat)
+    pooled_by_t: dict[float, tuple[float | None, float | None]] = {}
+    lines = [
+        "| config | T | conc | K | ΣF | α | hit | acc.len | measured tok/s | pred (own) | err % | pred (pooled) | err % |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    own_err, pooled_err, skipped = [], [], []
+    for rec in records:
+        mode, name = record_mode(rec), rec.get("config", "?")
+        meas = rec.get("output_throughput")
+        if mode is None or not meas:
+            skipped.append(f"{name} (unknown config or no output_throughput)")
+            continue
+        t = float(rec.get("temperature", 0.0))
+        if t not in pooled_by_t:
+            a, r, _ = estimate_alpha_r(records, t, c)
+            pooled_by_t[t] = (a, r if r is not None else 1.0)
+        try:
+            own = predict_record(rec, costs, overhead_ms=overhead_ms, c=c, e_miss_fast=e_miss_fast)
+            a, r = pooled_by_t[t]
+            pool = None
+            if mode == "ar" or a is not None:
+                pool = predict_record(rec, costs, overhead_ms=overhead_ms, c=c, e_miss_fast=e_miss_fast,
+                                      pooled=None if mode == "ar" else (a, r))  # fmt: skip
+        except (KeyError, ValueError) as e:
+            skipped.append(f"{name} ({e})")
+            continue
+        e_own = 100.0 * (own - meas) / meas
+        own_err.append((abs(e_own), name, rec.get("concurrency", 1)))
+        e_pool = 100.0 * (pool - meas) / meas if pool else math.nan
+        if pool:
+            pooled_err.append(abs(e_pool))
+
+        def f(key: str, fmt: str = "{:.3f}", rec=rec) -> str:
+            return fmt.format(rec[key]) if key in rec else "–"
+
+        lines.append(
+            f"| {name} | {t:g} | {rec.get('concurrency', 1)} | {f('k', '{}')} | {f('budget', '{}')} | {f('alpha')} | "
+            f"{f('hit_rate')} | {f('accept_length', '{:.2f}')} | {meas:.2f} | {own:.2f} | {e_own:+.1f} | "
+            f"{'–' if pool is None else f'{pool:.2f}'} | {'–' if pool is None else f'{e_pool:+.1f}'} |"
+        )
+    within = sum(1 for e, _, _ in own_err if e <= TOLERANCE_PCT)
+    lines.append("")
+    lines.append(f"own-stats predictions within ±{TOLERANCE_PCT:g} %: {within} of {len(own_err)}")
+    misses = sorted((x for x in own_err if x[0] > TOLERANCE_PCT), reverse=True)
+    for e, name, conc in misses:
+        lines.append(f"  MISSED: {name} at concurrency {conc}: |error| {e:.1f} %")
+    if pooled_err:
+        pw = sum(1 for e in pooled_err if e <= TOLERANCE_PCT)
+        lines.append(f"pooled-α/r predictions within ±{TOLERANCE_PCT:g} %: {pw} of {len(pooled_err)}")
+    lines += [f"skipped: {s}" for s in skipped]
+    return "\n".join(lines)

@@ -1,0 +1,204 @@
+"""Planner (sglang_ssd/plan.py, sglang_ssd/planner/): hand-computed predictions on toy calibrations,
+choose_k, monotonicity in α, sweep comparison and bad input. No timing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sglang_ssd.algo.policy import expected_tokens
+from sglang_ssd.plan import Plan, choose_k, main, plan, predict_sd, predict_ssd
+from sglang_ssd.planner.costs import CostModel, Curve
+from sglang_ssd.planner.sweep import compare_sweep, estimate_alpha_r, predict_record, r_from_hit_rate
+
+
+def toy_calibration(verify: list[float] | None = None, draft_ms: float = 1.0) -> dict:
+    """T_v flat 10 ms (n = 1..9) unless given; every draft forward costs ``draft_ms`` whatever its size."""
+    verify = verify or [10.0] * 9
+    return {
+        "target": {"verify_ms_by_batch": {"1": verify}},
+        "draft": {
+            "chain_ms": [draft_ms] * 9,
+            "decode_ms": {"1": draft_ms},
+            "tree": {
+                "1x8": {
+                    "batch": 1,
+                    "budget": 8,
+                    "k": 3,
+                    "tokens_per_step": 8,
+                    "glue_ms": draft_ms,
+                    "step_ms": draft_ms,
+                    "round_ms": 4 * draft_ms,
+                }
+            },  # fmt: skip
+        },
+    }
+
+
+def test_hand_computed_predictions():
+    cal = toy_calibration()
+    costs = CostModel(cal)
+    # AR: one token per 10 ms.
+    p = plan(cal, alpha=0.8, r=1.0, k_max=3, max_budget=8)
+    assert p.ar.tok_s == pytest.approx(100.0)
+    # SD K = 3: E = (1 − 0.8⁴)/0.2 = 2.952 tokens per 10 + 3·1 ms.
+    assert p.sd[2].tok_s == pytest.approx(1000 * 2.952 / 13.0)
+    # SSD K = 3, ΣF = 8 uniform = [2, 2, 2, 2], r = 1, c = 1: p_hit = Σ P(k)(1 − 1/2) = 0.5.
+    # T_tree = glue 1 + 3 steps of 1 = 4 < T_v = 10. Neural: 2.952 tokens / (10 + 0.5·3 ms);
+    # fast: (0.5·2.952 + 0.5·1) / 10 ms ⇒ neural wins.
+    s = predict_ssd(costs, 0.8, 1.0, 3, 8, fanout_mode="uniform")
+    assert s.fanout == (2, 2, 2, 2)
+    assert s.p_hit == pytest.approx(0.5)
+    assert s.backup == "neural"
+    assert s.round_ms == pytest.approx(11.5)
+    assert s.tok_s == pytest.approx(1000 * 2.952 / 11.5)
+    fast = predict_ssd(costs, 0.8, 1.0, 3, 8, fanout_mode="uniform", backup="fast")
+    assert fast.tok_s == pytest.approx(1000 * (0.5 * 2.952 + 0.5) / 10.0)
+    # Batch 2 (T_v scaled from batch 1 by token count: T_v(2, 4) = T_v(1, 8) = 10): stall prob 1 − 0.5².
+    s2 = predict_ssd(costs, 0.8, 1.0, 3, 8, batch=2, fanout_mode="uniform", backup="neural")
+    assert s2.round_ms == pytest.approx(10 + 0.75 * 3)
+    assert s2.tok_s == pytest.approx(2 * 1000 * 2.952 / 12.25)
+    # Overhead is paid every round.
+    sd = predict_sd(costs, 0.8, 3, overhead_ms=2.0)
+    assert sd.tok_s == pytest.approx(1000 * 2.952 / 15.0)
+
+
+def test_recommends_plain_decoding_when_verification_grows():
+    # T_v(n) = 10·n: a round of K+1 tokens costs as much as K+1 plain steps, and E < K+1.
+    cal = toy_calibration(verify=[10.0 * n for n in range(1, 10)], draft_ms=0.5)
+    p = plan(cal, alpha=0.9, r=2.0)
+    assert isinstance(p, Plan)
+    assert p.k == 0 and p.recommended.mode == "ar"
+    assert all(x.tok_s < p.ar.tok_s for x in p.sd + p.ssd)
+
+
+def test_recommends_speculation_when_verification_is_flat():
+    p = plan(toy_calibration(draft_ms=0.5), alpha=0.9, r=2.0)
+    assert p.k > 0 and p.recommended.mode == "ssd"
+    assert p.best_ssd.tok_s > p.best_sd.tok_s > p.ar.tok_s
+    assert sum(p.best_ssd.fanout) == p.best_ssd.budget
+    assert p.saguaro_c == 1.0
+    assert p.b_star is None or p.b_star >= 1
+
+
+def test_choose_k():
+    grow = [10.0 * n for n in range(1, 10)]
+    assert choose_k(grow, 0.5, alpha=0.9, p_hit=0.9, k_max=8, mode="sd") == 0
+    assert choose_k(grow, 0.5, alpha=0.9, p_hit=0.9, k_max=8, mode="ssd") == 0
+    flat = [10.0] * 9
+    k_sd = choose_k(flat, 0.5, alpha=0.9, p_hit=0.9, k_max=8, mode="sd")
+    k_ssd = choose_k(flat, 0.5, alpha=0.9, p_hit=0.9, k_max=8, mode="ssd")
+    assert k_sd > 0 and k_ssd > 0
+    # Hand check: flat T_v = 10, t_draft = 0.5, α = 0.9. SD rate(K) = E/(10 + 0.5K) peaks at K = 8 ...
+    rates = [expected_tokens(0.9, k) / (10 + 0.5 * k) for k in range(1, 9)]
+    assert k_sd == 1 + rates.index(max(rates))
+    # ... and K is capped by the measured T_v(n) and by k_max.
+    assert choose_k(flat[:4], 0.5, alpha=0.9, p_hit=0.9, k_max=8, mode="sd") <= 3
+    assert choose_k(flat, 0.5, alpha=0.9, p_hit=0.9, k_max=2, mode="ssd") <= 2
+    # A useless draft (α = 0) never pays.
+    assert choose_k(flat, 0.5, alpha=0.0, p_hit=1.0, k_max=8, mode="sd") == 0
+
+
+@pytest.mark.parametrize("verify", [[10.0] * 9, [10.0 + 2 * n for n in range(9)]])
+def test_higher_alpha_never_slower(verify):
+    cal = toy_calibration(verify=verify, draft_ms=1.0)
+    prev = None
+    for a in [0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0]:
+        p = plan(cal, alpha=a, r=1.5, max_budget=24)
+        rates = (p.recommended.tok_s, p.best_sd.tok_s, p.best_ssd.tok_s)
+        if prev is not None:
+            assert all(x >= y - 1e-9 for x, y in zip(rates, prev)), (a, rates, prev)
+        prev = rates
+
+
+def test_curve_is_monotone_and_extrapolates():
+    c = Curve.from_points([(1, 10.0), (2, 14.0), (3, 12.0), (4, 20.0)], "toy")
+    assert c.ys == (10.0, 13.0, 13.0, 20.0)  # the dip is pooled away
+    assert c(0.5) == 10.0
+    assert c(1.5) == pytest.approx(11.5)
+    assert c(6) == pytest.approx(20.0 + 2 * (20.0 - 10.0) / 3)
+
+
+def test_sweep_comparison_and_estimates():
+    cal = toy_calibration()
+    costs = CostModel(cal)
+    ssd = {"config": "ssd", "k": 3, "budget": 8, "concurrency": 1, "temperature": 0.0, "alpha": 0.8,
+           "hit_rate": 0.5, "accept_length": 2.952, "fanout": "uniform", "output_throughput": 256.7}  # fmt: skip
+    sd = {"config": "sd", "k": 3, "concurrency": 1, "temperature": 0.0, "alpha": 0.8, "accept_length": 2.952,
+          "output_throughput": 227.1}  # fmt: skip
+    ar = {"config": "ar", "k": 0, "concurrency": 1, "temperature": 0.0, "output_throughput": 50.0}
+    assert predict_record(ssd, costs) == pytest.approx(1000 * 2.952 / 11.5)
+    assert predict_record(sd, costs) == pytest.approx(1000 * 2.952 / 13.0)
+    # r that makes uniform F = 2 hit half the time at c = 1: 1 − 2^−r = 0.5 ⇒ r = 1.
+    assert r_from_hit_rate(ssd) == pytest.approx(1.0, abs=1e-6)
+    alpha, r, how = estimate_alpha_r([ssd, sd, ar], 0.0)
+    assert alpha == pytest.approx(0.8) and r == pytest.approx(1.0, abs=1e-6) and "median" in how
+    # Measured time to first token is added to each request.
+    slow = dict(ar, mean_ttft_ms=1000.0, output_len=100)
+    assert predict_record(slow, costs) == pytest.approx(100 / (1.0 + 1.0))
+    table = compare_sweep([ssd, sd, ar], cal)
+    assert "within ±15 %: 2 of 3" in table
+    assert "MISSED: ar" in table
+
+
+def test_cli(tmp_path, capsys):
+    cal = tmp_path / "cal.json"
+    cal.write_text(json.dumps(toy_calibration(draft_ms=0.5)))
+    sweep = tmp_path / "sweep.jsonl"
+    sweep.write_text(
+        json.dumps({"config": "sd", "k": 3, "concurrency": 1, "alpha": 0.8, "output_throughput": 200.0})
+        + "\n"
+    )
+    out = tmp_path / "plan.json"
+    assert main(["--calibration", str(cal), "--sweep", str(sweep), "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "recommended:" in text and "measured tok/s" in text and "r = 1.0 assumed" in text
+    assert json.loads(out.read_text())["alpha"] == pytest.approx(0.8)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"alpha": 1.5}, "alpha"),
+        ({"alpha": -0.1}, "alpha"),
+        ({"r": -1.0}, "r"),
+        ({"r": float("nan")}, "r"),
+        ({"batch": 0}, "batch"),
+        ({"c": 2.0}, "c"),
+        ({"k_max": -1}, "k_max"),
+        ({"max_budget": 0}, "max_budget"),
+        ({"fanout_mode": "fancy"}, "fanout_mode"),
+        ({"stat": "mean"}, "stat"),
+        ({"overhead_ms": -1.0}, "overhead_ms"),
+    ],
+)
+def test_plan_bad_input(kwargs, name):
+    args = {"alpha": 0.7, "r": 1.0} | kwargs
+    with pytest.raises(ValueError, match=name):
+        plan(toy_calibration(), **args)
+
+
+@pytest.mark.parametrize(
+    "cal", [{}, {"target": {}}, {"target": {"verify_ms_by_batch": {"1": [10.0, -1.0]}}}, []]
+)
+def test_plan_bad_calibration(cal):
+    with pytest.raises(ValueError, match="calibration"):
+        plan(cal, alpha=0.7, r=1.0)
+
+
+@pytest.mark.parametrize(
+    ("args", "name"),
+    [
+        (([], 1.0, 0.5, 0.5, 4, "sd"), "t_verify"),
+        (([10.0, 0.0], 1.0, 0.5, 0.5, 4, "sd"), "t_verify"),
+        (([10.0], -1.0, 0.5, 0.5, 4, "sd"), "t_draft"),
+        (([10.0], 1.0, 1.2, 0.5, 4, "sd"), "alpha"),
+        (([10.0], 1.0, 0.5, -0.5, 4, "ssd"), "p_hit"),
+        (([10.0], 1.0, 0.5, 0.5, -1, "sd"), "k_max"),
+        (([10.0], 1.0, 0.5, 0.5, 4, "eagle"), "mode"),
+    ],
+)
+def test_choose_k_bad_input(args, name):
+    with pytest.raises(ValueError, match=name):
+        choose_k(*args)
