@@ -10,7 +10,13 @@ import pytest
 from sglang_ssd.algo.policy import expected_tokens
 from sglang_ssd.plan import Plan, choose_k, main, plan, predict_sd, predict_ssd
 from sglang_ssd.planner.costs import CostModel, Curve
-from sglang_ssd.planner.sweep import compare_sweep, estimate_alpha_r, predict_record, r_from_hit_rate
+from sglang_ssd.planner.sweep import (
+    compare_sweep,
+    estimate_alpha_r,
+    predict_record,
+    r_from_hit_rate,
+    saguaro_table,
+)
 
 
 def toy_calibration(verify: list[float] | None = None, draft_ms: float = 1.0) -> dict:
@@ -112,12 +118,13 @@ def test_higher_alpha_never_slower(verify):
         prev = rates
 
 
-def test_curve_is_monotone_and_extrapolates():
-    c = Curve.from_points([(1, 10.0), (2, 14.0), (3, 12.0), (4, 20.0)], "toy")
-    assert c.ys == (10.0, 13.0, 13.0, 20.0)  # the dip is pooled away
+def test_curve_interpolates_and_extrapolates():
+    c = Curve.from_points([(1, 10.0), (2, 14.0), (3, 12.0), (4, 20.0), (3, 14.0)], "toy")
+    assert c.ys == (10.0, 14.0, 13.0, 20.0)  # a measured dip is kept; repeated sizes are averaged
     assert c(0.5) == 10.0
-    assert c(1.5) == pytest.approx(11.5)
+    assert c(1.5) == pytest.approx(12.0)
     assert c(6) == pytest.approx(20.0 + 2 * (20.0 - 10.0) / 3)
+    assert Curve.from_points([(1, 5.0), (2, 4.0)], "toy")(10) == 4.0  # never cheaper past the end
 
 
 def test_sweep_comparison_and_estimates():
@@ -202,3 +209,31 @@ def test_plan_bad_calibration(cal):
 def test_choose_k_bad_input(args, name):
     with pytest.raises(ValueError, match=name):
         choose_k(*args)
+
+
+def test_saguaro_c_from_sweep_and_not_modelled_without():
+    cal = toy_calibration()
+    base = {"config": "ssd", "k": 3, "budget": 8, "concurrency": 1, "temperature": 0.7, "fanout": "uniform",
+            "output_throughput": 100.0}  # fmt: skip
+    recs = [
+        dict(base, saguaro_c=1.0, alpha=0.8, hit_rate=0.4, accept_length=2.9),
+        # Lower C: slightly lower acceptance, higher hit rate, and a slow TTFT that must not count.
+        dict(
+            base,
+            saguaro_c=0.25,
+            alpha=0.78,
+            hit_rate=0.8,
+            accept_length=2.85,
+            mean_ttft_ms=5000,
+            output_len=8,
+        ),
+    ]
+    table = saguaro_table(recs, cal, 0.7)
+    costs = CostModel(cal)
+    # Own stats, decode only: C = 0.25 ⇒ 2.85 tokens / (10 + 0.2·3) ms.
+    assert table[0.25] == pytest.approx(1000 * 2.85 / 10.6)
+    assert table[0.25] > table[1.0] == pytest.approx(predict_record(recs[0], costs))
+    p = plan(cal, alpha=0.8, r=1.0, temperature=0.7, saguaro=table)
+    assert p.saguaro_c == 0.25 and "measured" in p.saguaro_note
+    assert "not modelled" in plan(cal, alpha=0.8, r=1.0, temperature=0.7).saguaro_note
+    assert saguaro_table(recs, cal, 0.0) is None

@@ -1,9 +1,10 @@
 """Forward costs (ms) read from a calibration JSON (``bench/calibrate.py``), as functions of the work size.
 
 Every measured cost becomes a :class:`Curve` over the number of tokens in the forward: piecewise linear
-between measured points, made non-decreasing first (a forward over more tokens is not cheaper; a dip
-in the measurements is noise of a shared machine), extended past the last point with the average slope
-over all points and held at the first value below the first point.
+through the measured medians, extended past the last point with the average slope over all points
+(≥ 0) and held at the first value below the first point. The curve is deliberately not forced to be
+non-decreasing: on a CPU a forward over 4 tokens can be cheaper than over 3 (the matmul library takes a
+slower path for 2–3 rows — measured on plain ``x @ W.T``), and the planner should see that.
 
 What the planner asks for, with the calibration key it comes from:
 - ``verify_ms(n, b)``: T_v — one target forward of b requests × n new tokens (``target.verify_ms_by_batch``).
@@ -24,21 +25,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 
-def _monotone(ys: list[float]) -> list[float]:
-    """Least-squares non-decreasing fit (pool adjacent violators), equal weights."""
-    blocks: list[list[float]] = []  # [mean, count]
-    for y in ys:
-        blocks.append([y, 1.0])
-        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
-            m2, c2 = blocks.pop()
-            m1, c1 = blocks.pop()
-            blocks.append([(m1 * c1 + m2 * c2) / (c1 + c2), c1 + c2])
-    out: list[float] = []
-    for mean, count in blocks:
-        out += [mean] * int(count)
-    return out
-
-
 @dataclass(frozen=True)
 class Curve:
     """Cost (ms) over a work size x (tokens); see the module docstring for the shape."""
@@ -56,15 +42,15 @@ class Curve:
         if not merged:
             raise ValueError(f"calibration: {name} has no points")
         xs = sorted(merged)
-        ys = _monotone([sum(merged[x]) / len(merged[x]) for x in xs])
+        ys = [sum(merged[x]) / len(merged[x]) for x in xs]
         return cls(tuple(xs), tuple(ys))
 
     @property
     def slope(self) -> float:
-        """ms per extra unit past the last point: the average slope over the measured range."""
+        """ms per extra unit past the last point: the average slope over the measured range (≥ 0)."""
         if len(self.xs) < 2:
             return 0.0
-        return (self.ys[-1] - self.ys[0]) / (self.xs[-1] - self.xs[0])
+        return max(0.0, (self.ys[-1] - self.ys[0]) / (self.xs[-1] - self.xs[0]))
 
     def __call__(self, x: float) -> float:
         xs, ys = self.xs, self.ys

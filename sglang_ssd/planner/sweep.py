@@ -127,18 +127,24 @@ def predict_record(
     c: float = 1.0,
     e_miss_fast: float = 1.0,
     pooled: tuple[float, float] | None = None,
+    with_ttft: bool = True,
 ) -> float:
-    """Predicted output tokens/s of one record (``pooled`` = (α, r) for the full model, else own stats)."""
+    """Predicted output tokens/s of one record (``pooled`` = (α, r) for the full model, else own stats;
+    ``with_ttft`` False = decode rate only, ignoring the record's measured time to first token)."""
     mode, b = record_mode(rec), int(rec.get("concurrency", 1))
+
+    def done(rate: float) -> float:
+        return _with_ttft(rec, rate) if with_ttft else rate
+
     if mode == "ar":
-        return _with_ttft(rec, ar_rate(costs.verify_ms(1, b), b))
+        return done(ar_rate(costs.verify_ms(1, b), b))
     K = int(rec["k"])
     alpha = pooled[0] if pooled else float(rec["alpha"])
     e = expected_tokens(alpha, K)
     tokens = e if pooled or "accept_length" not in rec else float(rec["accept_length"])
     t_v = costs.verify_ms(K + 1, b)
     if mode == "sd":
-        return _with_ttft(rec, sd_rate(tokens, t_v, costs.draft_step_ms(b), K, overhead_ms, b))
+        return done(sd_rate(tokens, t_v, costs.draft_step_ms(b), K, overhead_ms, b))
     budget = int(rec["budget"])
     if pooled:
         p = hit_probability(_fanout(rec, alpha, pooled[1]), alpha, pooled[1], c)
@@ -158,13 +164,14 @@ def predict_record(
     e_miss, t_b = backups[kind]
     if not pooled and "accept_length" in rec:  # measured tokens per round already mix hit and miss rounds
         e, e_miss = tokens, tokens
-    return _with_ttft(rec, ssd_rate(p, e, e_miss, t_v, t_tree, t_b, overhead_ms, b))
+    return done(ssd_rate(p, e, e_miss, t_v, t_tree, t_b, overhead_ms, b))
 
 
 def saguaro_table(records: list[dict], calibration: dict, temperature: float, stat: str = "median",
                   overhead_ms: float = 0.0) -> dict[float, float] | None:  # fmt: skip
     """Predicted tok/s per Saguaro C from the SSD records at ``temperature`` > 0 that carry
-    ``saguaro_c`` (their own α and hit rate, so C's effect on both is measured, not modelled).
+    ``saguaro_c`` (their own α and hit rate, so C's effect on both is measured, not modelled; decode
+    rate, without the records' time to first token).
     Concurrency-1 records only when there are any. None with fewer than two distinct C."""
     if temperature <= 0:
         return None
@@ -174,7 +181,9 @@ def saguaro_table(records: list[dict], calibration: dict, temperature: float, st
     costs = CostModel(calibration, stat)
     by_c: dict[float, list[float]] = {}
     for x in recs:
-        by_c.setdefault(float(x["saguaro_c"]), []).append(predict_record(x, costs, overhead_ms=overhead_ms))
+        by_c.setdefault(float(x["saguaro_c"]), []).append(
+            predict_record(x, costs, overhead_ms=overhead_ms, with_ttft=False)
+        )
     if len(by_c) < 2:
         return None
     return {k: sum(v) / len(v) for k, v in by_c.items()}
