@@ -31,6 +31,7 @@ from sglang.srt.speculative.spec_utils import move_accept_tokens_to_target_kvcac
 from sglang_ssd.algo.sampling_params import SamplingBatch
 from sglang_ssd.algo.verify import verify_chain
 from sglang_ssd.sglang import metrics
+from sglang_ssd.sglang.auto_k import AutoK
 from sglang_ssd.sglang.config import SSDConfig
 from sglang_ssd.sglang.draft_link import DraftLink
 from sglang_ssd.sglang.proposals import stack_proposals
@@ -55,6 +56,7 @@ class SSDWorker(BaseSpecWorker):
         self.speculative_num_draft_tokens = self.width
         self.link = DraftLink(self.config)
         self.pending: dict[str, Speculation] = {}
+        self.auto_k = AutoK(self.k) if self.config.k == "auto" else None
         self.stats = metrics.SSDStats()
         self.enable_metrics = bool(getattr(server_args, "enable_metrics", False))
         metrics.register_worker(self)
@@ -109,10 +111,12 @@ class SSDWorker(BaseSpecWorker):
 
     def _forward_round(self, batch, on_publish, pp_proxy_tensors):
         t0 = time.perf_counter()
-        bs, d = len(batch.reqs), self.width
+        bs = len(batch.reqs)
         specs = self._speculations(batch)
+        k_round = self.auto_k.choose(bs) if self.auto_k else self.k
+        d = k_round + 1
         vocab = self.model_runner.model_config.vocab_size
-        proposal = stack_proposals(specs, self.k, vocab)
+        proposal = stack_proposals(specs, k_round, vocab)  # a shorter chain than drafted stays exact
 
         last = torch.tensor([req.output_ids[-1] for req in batch.reqs], dtype=torch.int64)
         chain = torch.cat([last[:, None], proposal.tokens], dim=1).to(self.device)  # [bs, d]
@@ -171,9 +175,12 @@ class SSDWorker(BaseSpecWorker):
         accept_index = torch.where(
             slots[None, :] <= k[:, None], torch.arange(bs, device=self.device)[:, None] * d + slots, -1
         )
+        # The scheduler reads each request's emitted tokens at a fixed stride of `width`.
+        accept_tokens = torch.zeros(bs, self.width, dtype=torch.int32, device=self.device)
+        accept_tokens[:, :d] = predict
+        accept_tokens = accept_tokens.flatten()
         predict = predict.flatten()
         new_seq_lens = batch.seq_lens + accept_lens
-        accept_tokens = predict[accept_index].flatten()
         move_accept_tokens_to_target_kvcache(batch, accept_index, k.to(torch.int32),
                                              self.token_to_kv_pool_allocator)
         if batch.return_logprob:
@@ -199,6 +206,9 @@ class SSDWorker(BaseSpecWorker):
             num_draft=proposal.num_draft.tolist(), accepted=k_list, verify_s=t_verified - t_verify,
             link_s=t1 - t_link, total_s=t1 - t0,
         )
+        if self.auto_k:
+            self.auto_k.observe(bs, d, 1000 * (t_verified - t_verify), 1000 * (t1 - t_link), k_list,
+                                proposal.num_draft.tolist())
         if self.enable_metrics and self.stats.rounds % 16 == 0:
             metrics.export_prometheus()
         return self._result(logits_output, accept_tokens, accept_tokens, accept_lens, new_seq_lens,

@@ -18,13 +18,13 @@ from scipy.stats import chisquare
 from tests.e2e.conftest import chat_ids
 
 PROMPT = "Write a short poem about rain."
-SAMPLES = 600
+SAMPLES = 480
 MIN_EXPECTED = 5.0
 
 
 def _sample(server, ids, temperature, n=SAMPLES):
     params = {"temperature": temperature, "max_new_tokens": 3, "ignore_eos": True}
-    with ThreadPoolExecutor(16) as pool:
+    with ThreadPoolExecutor(32) as pool:
         outs = list(pool.map(lambda _: server.generate(ids, params)["output_ids"], range(n)))
     return [tuple(o) for o in outs]
 
