@@ -52,7 +52,7 @@ test-fast: install
 	$(PY) -m pytest -q -m "not server" --ignore=tests/e2e
 
 bench: models
-	$(PY) -m bench.run_sweep
+	$(PY) bench/run_sweep.py
 
 gpu-check:
 	$(PYTHON) -m bench.gpu_check --out $${OUT:-out}/gpu_check.json

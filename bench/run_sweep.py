@@ -1,0 +1,221 @@
+"""`make bench`: throughput–latency sweep AR / SD (co-located) / SD / SSD through the real server.
+
+Every configuration's server is started once (target pinned to core 0; draft server on core 1, or on
+core 0 for "SD co-located"), then the runs are interleaved: for each (temperature, concurrency) every
+configuration runs `python -m sglang.bench_serving` on the project's prompt set before the next
+point. Each run's bench_serving record is joined with the server's SSD counters (deltas over the
+run) and written to JSONL; a markdown table, a Pareto plot (PNG) and the headline ratios follow.
+
+    python bench/run_sweep.py [--concurrency 1,2,4,8] [--temperatures 0,0.7] [--num-prompts 16]
+                              [--output-len 64] [--configs ar,sd_coloc,sd,ssd] [--ablations]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sglang_ssd.prompts import export_bench_dataset  # noqa: E402
+from sglang_ssd.sglang.server_process import CPU_SERVER_ARGS, SGLangServer  # noqa: E402
+
+COUNTERS = ("ssd_hits", "ssd_lookups", "ssd_fast_backups", "ssd_drafted", "ssd_accepted", "ssd_emitted",
+            "ssd_rounds", "ssd_verify_s", "ssd_link_s")
+
+
+def configs(draft: str, k: str, budget: str, ablations: bool) -> dict[str, tuple[list[str], dict]]:
+    ssd = ["--speculative-algorithm", "SSD", "--speculative-draft-model-path", draft, "--ssd-k", k,
+           "--ssd-budget", budget]
+    out = {
+        "ar": ([], {"cores": "0"}),
+        "sd_coloc": ([*ssd, "--ssd-mode", "sync", "--ssd-draft-cores", "0", "--ssd-backup", "neural"], {}),
+        "sd": ([*ssd, "--ssd-mode", "sync", "--ssd-draft-cores", "1", "--ssd-backup", "neural"], {}),
+        "ssd": ([*ssd, "--ssd-fanout", "geometric", "--ssd-draft-cores", "1", "--ssd-backup", "auto"], {}),
+    }
+    if ablations:
+        out |= {
+            "ssd_uniform": ([*ssd, "--ssd-fanout", "uniform", "--ssd-draft-cores", "1"], {}),
+            "ssd_neural": ([*ssd, "--ssd-backup", "neural", "--ssd-draft-cores", "1"], {}),
+            "ssd_fast": ([*ssd, "--ssd-backup", "fast", "--ssd-draft-cores", "1"], {}),
+            "ssd_c0.5": ([*ssd, "--ssd-saguaro-c", "0.5", "--ssd-draft-cores", "1"], {"t_min": 0.01}),
+            "ssd_c0.2": ([*ssd, "--ssd-saguaro-c", "0.2", "--ssd-draft-cores", "1"], {"t_min": 0.01}),
+            "ssd_kauto": ([*ssd[:-4], "--ssd-k", "auto", "--ssd-budget", budget, "--ssd-draft-cores", "1"], {}),
+        }
+    return out
+
+
+def run_bench(server: SGLangServer, dataset: Path, tokenizer: str, concurrency: int, temperature: float,
+              num_prompts: int, output_len: int) -> dict:
+    with tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False) as f:
+        out = Path(f.name)
+    cmd = [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--host", "127.0.0.1",
+           "--port", str(server.port), "--dataset-name", "custom", "--dataset-path", str(dataset),
+           "--tokenizer", tokenizer, "--apply-chat-template", "--num-prompts", str(num_prompts),
+           "--sharegpt-output-len", str(output_len), "--max-concurrency", str(concurrency),
+           "--temperature", str(temperature), "--seed", "0", "--output-file", str(out), "--disable-tqdm"]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+    lines = [ln for ln in out.read_text().splitlines() if ln.strip()]
+    out.unlink()
+    return json.loads(lines[-1])
+
+
+def ssd_state(server: SGLangServer) -> dict:
+    return server.get("/server_info")["internal_states"][0]
+
+
+def summarize(name: str, bench: dict, before: dict, after: dict, extra: dict) -> dict:
+    d = {c: after.get(c, 0) - before.get(c, 0) for c in COUNTERS}
+    rec = {
+        "config": name, **extra,
+        "output_throughput": bench.get("output_throughput"),
+        "per_request_tps": 1000.0 / bench["median_tpot_ms"] if bench.get("median_tpot_ms") else None,
+        "median_ttft_ms": bench.get("median_ttft_ms"), "median_tpot_ms": bench.get("median_tpot_ms"),
+        "mean_ttft_ms": bench.get("mean_ttft_ms"), "completed": bench.get("completed"),
+        "total_output_tokens": bench.get("total_output_tokens"),
+        "accept_length": bench.get("accept_length"),
+    }
+    if d["ssd_rounds"]:
+        rec["alpha"] = d["ssd_accepted"] / d["ssd_drafted"] if d["ssd_drafted"] else 0.0
+        rec["hit_rate"] = d["ssd_hits"] / d["ssd_lookups"] if d["ssd_lookups"] else 0.0
+        rec["backup_rate"] = 1.0 - rec["hit_rate"] if d["ssd_lookups"] else 0.0
+        rec["accept_length"] = d["ssd_emitted"] / d["ssd_rounds"] if rec["accept_length"] is None else rec[
+            "accept_length"]
+        rec["verify_ms"] = 1000 * d["ssd_verify_s"] / d["ssd_rounds"]
+        rec["link_ms"] = 1000 * d["ssd_link_s"] / d["ssd_rounds"]
+    return rec
+
+
+def table(records: list[dict]) -> str:
+    head = ("| config | T | conc | tok/s (agg) | tok/s/req | TTFT ms | TPOT ms | accept len | α | hit | backup |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|")
+    rows = []
+    def cell(r: dict, key: str, fmt: str = "{:.2f}") -> str:
+        v = r.get(key)
+        return fmt.format(v) if isinstance(v, int | float) else "–"
+
+    for r in records:
+        def f(key, fmt="{:.2f}", r=r):
+            return cell(r, key, fmt)
+        rows.append(f"| {r['config']} | {r['temperature']} | {r['concurrency']} | {f('output_throughput', '{:.1f}')} | "
+                    f"{f('per_request_tps', '{:.1f}')} | {f('median_ttft_ms', '{:.0f}')} | {f('median_tpot_ms', '{:.0f}')} | "
+                    f"{f('accept_length')} | {f('alpha')} | {f('hit_rate')} | {f('backup_rate')} |")
+    return "\n".join([head, *rows])
+
+
+def headline(records: list[dict]) -> list[str]:
+    """Ratios at concurrency 1, T = 0, from this run; SSD/SD also against its bound (Cor. 9)."""
+    by = {r["config"]: r for r in records if r["concurrency"] == 1 and r["temperature"] == 0}
+    lines = []
+    if {"ssd", "sd", "ar"} <= by.keys():
+        ssd, sd, ar = by["ssd"], by["sd"], by["ar"]
+        t_sd = sd["link_ms"] / sd["verify_ms"] if sd.get("verify_ms") else 0.0
+        bound = (1 + t_sd) * ssd["accept_length"] / sd["accept_length"]
+        ratio = ssd["output_throughput"] / sd["output_throughput"]
+        lines.append(f"SSD/SD = {ratio:.2f} (bound {bound:.2f}, {100 * ratio / bound:.0f} %)")
+        lines.append(f"SSD/AR = {ssd['output_throughput'] / ar['output_throughput']:.2f}")
+        lines.append(f"SD/AR = {sd['output_throughput'] / ar['output_throughput']:.2f}")
+        if "sd_coloc" in by:
+            lines.append(f"SD-colocated/AR = {by['sd_coloc']['output_throughput'] / ar['output_throughput']:.2f}")
+        lines.append(f"SSD overhead per round = {ssd['link_ms']:.1f} ms = {100 * ssd['link_ms'] / ssd['verify_ms']:.1f} % of T_v")
+    return lines
+
+
+def plot(records: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    for ax, temp in zip(axes, sorted({r["temperature"] for r in records})):
+        for name in dict.fromkeys(r["config"] for r in records):
+            pts = sorted((r["per_request_tps"], r["output_throughput"]) for r in records
+                         if r["config"] == name and r["temperature"] == temp and r.get("per_request_tps"))
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+        ax.set_xlabel("tokens/s per request (latency →)")
+        ax.set_ylabel("aggregate tokens/s")
+        ax.set_title(f"T = {temp}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", default=str(ROOT / "models" / "target"))
+    ap.add_argument("--draft", default=str(ROOT / "models" / "draft"))
+    ap.add_argument("--concurrency", default="1,2,4,8")
+    ap.add_argument("--temperatures", default="0,0.7")
+    ap.add_argument("--num-prompts", type=int, default=16)
+    ap.add_argument("--output-len", type=int, default=64)
+    ap.add_argument("--configs", default="ar,sd_coloc,sd,ssd")
+    ap.add_argument("--ablations", action="store_true")
+    ap.add_argument("--k", default="4")
+    ap.add_argument("--budget", default="12")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    dataset = out / "prompts_custom.jsonl"
+    export_bench_dataset(dataset)
+    all_cfgs = configs(args.draft, args.k, args.budget, args.ablations)
+    names = [n for n in args.configs.split(",") if n] + ([n for n in all_cfgs if n.startswith("ssd_")]
+                                                         if args.ablations else [])
+    unknown = [n for n in names if n not in all_cfgs]
+    if unknown:
+        print(f"error: --configs: unknown configuration {unknown[0]!r} (known: {', '.join(all_cfgs)})",
+              file=sys.stderr)
+        return 2
+    servers: dict[str, SGLangServer] = {}
+    records: list[dict] = []
+    jsonl = out / "sweep.jsonl"
+    try:
+        for i, name in enumerate(names, 1):
+            extra_args, _ = all_cfgs[name]
+            print(f"[{i}/{len(names)}] starting {name} ...", flush=True)
+            servers[name] = SGLangServer(["--model-path", args.target, *CPU_SERVER_ARGS, *extra_args],
+                                         cpu_cores={0}, log_path=f"/tmp/sweep_{name}.log").start()
+        points = [(float(t), int(c)) for t in args.temperatures.split(",") for c in args.concurrency.split(",")]
+        total, done, t0 = len(points) * len(names), 0, time.perf_counter()
+        with jsonl.open("w") as f:
+            for temp, conc in points:
+                for name in names:
+                    if temp < all_cfgs[name][1].get("t_min", 0.0):
+                        continue
+                    server = servers[name]
+                    before = ssd_state(server)
+                    bench = run_bench(server, dataset, args.target, conc, temp, args.num_prompts, args.output_len)
+                    rec = summarize(name, bench, before, ssd_state(server),
+                                    {"temperature": temp, "concurrency": conc, "k": args.k, "budget": int(args.budget)})
+                    records.append(rec)
+                    f.write(json.dumps(rec) + "\n")
+                    f.flush()
+                    done += 1
+                    eta = (time.perf_counter() - t0) / done * (total - done)
+                    print(f"  [{done}/{total}] {name} T={temp} c={conc}: {rec['output_throughput']:.1f} tok/s "
+                          f"(ETA {eta / 60:.0f} min)", flush=True)
+    finally:
+        for s in servers.values():
+            s.stop()
+    md = table(records)
+    lines = headline(records)
+    (out / "sweep.md").write_text(md + "\n\n" + "\n".join(lines) + "\n")
+    plot(records, out / "pareto.png")
+    print(md)
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
