@@ -55,7 +55,7 @@ bench: models
 	$(PY) bench/run_sweep.py
 
 gpu-check:
-	$(PYTHON) -m bench.gpu_check --out $${OUT:-out}/gpu_check.json
+	$(PYTHON) bench/gpu_check.py --out $${OUT:-out}/gpu_check.json
 
 lint: install
 	$(VENV)/bin/ruff check sglang_ssd tests bench
