@@ -188,6 +188,11 @@ class SSDWorker(BaseSpecWorker):
         if on_publish is not None:
             on_publish(new_seq_lens)
         batch.forward_mode = ForwardMode.DECODE
+        # Per-request, per-round SSD facts; SGLang accumulates them into the request's meta_info.
+        logits_output.customized_info = {
+            "ssd_hit": [int(s.hit) if s is not None and len(s.tokens) else -1 for s in specs],
+            "ssd_drafted": proposal.num_draft.tolist(),
+        }
 
         # Tell the draft server what happened; its reply is the next round's speculation.
         k_list, bonus_list = k.tolist(), outcome.bonus.tolist()

@@ -48,6 +48,10 @@ def test_ssd_reports_its_counters(ssd_server):
     with urllib.request.urlopen(f"{ssd_server.url}/metrics", timeout=30) as r:
         text = r.read().decode()
     assert "sglang:ssd_hit_rate" in text
+    # Per request: one entry per verify round (1 = cache hit, 0 = backup, -1 = no draft).
+    out = ssd_server.generate([1, 9690, 198], {"temperature": 0, "max_new_tokens": 12, "ignore_eos": True})
+    hits = out["meta_info"]["ssd_hit"]
+    assert len(hits) == out["meta_info"]["spec_verify_ct"] and set(hits) <= {-1, 0, 1}, out["meta_info"]
 
 
 def test_stop_strings_max_tokens_and_logprobs_match_ar(ssd_server, ar_server, equality_prompts):
@@ -67,3 +71,11 @@ def test_stop_strings_max_tokens_and_logprobs_match_ar(ssd_server, ar_server, eq
             ls = [x[0] for x in s["meta_info"]["output_token_logprobs"]]
             assert len(ls) == len(la)
             assert max(abs(x - y) for x, y in zip(la, ls)) < 1e-3
+
+
+def test_auto_k_matches_reference(ssd_auto_server, equality_prompts, hf_greedy):
+    """Whatever K the live planner picks (down to 0), the output is the target's own."""
+    for ids, ref in list(zip(equality_prompts, hf_greedy))[:8]:
+        got, _ = greedy_tokens(ssd_auto_server, ids)
+        assert got == ref
+    assert ssd_auto_server.get("/server_info")["internal_states"][0]["ssd_rounds"] > 0
