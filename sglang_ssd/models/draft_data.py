@@ -25,7 +25,9 @@ from sglang_ssd.models.draft_prompts import training_prompts
 
 @dataclass(frozen=True)
 class DataSpec:
-    """What to generate. `n_greedy` + `n_sampled` prompts, answered in batches of `batch` prompts."""
+    """What to generate. `n_greedy` + `n_sampled` prompts, answered in batches of `batch` prompts.
+    Part p takes the p-th block of n_greedy + n_sampled prompts of one deterministic prompt stream, so
+    parts never share a prompt and adding a part leaves the cached ones valid."""
 
     n_greedy: int = 400
     n_sampled: int = 112
@@ -34,6 +36,7 @@ class DataSpec:
     top_k: int = 32
     batch: int = 32
     seed: int = 0
+    part: int = 0
 
 
 def chat_ids(tokenizer, prompt: str) -> list[int]:
@@ -108,7 +111,8 @@ def build_dataset(target_dir: Path, cache_dir: Path, spec: DataSpec) -> list[dic
         raise ValueError(f"batch, max_new and top_k must be positive, got {spec}")
     cache_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(str(target_dir))
-    prompts = training_prompts(spec.n_greedy + spec.n_sampled, seed=spec.seed)
+    n = spec.n_greedy + spec.n_sampled
+    prompts = training_prompts(n * (spec.part + 1), seed=spec.seed)[n * spec.part:]
     jobs = [(p, 0.0) for _, p in prompts[: spec.n_greedy]] + [
         (p, spec.temperature) for _, p in prompts[spec.n_greedy:]
     ]
@@ -116,7 +120,8 @@ def build_dataset(target_dir: Path, cache_dir: Path, spec: DataSpec) -> list[dic
     ids = [chat_ids(tokenizer, p) for p, _ in jobs]
     order = sorted(range(len(jobs)), key=lambda j: (jobs[j][1], len(ids[j]), j))
     batches = [order[i: i + spec.batch] for i in range(0, len(order), spec.batch)]
-    tag = f"g{spec.n_greedy}_s{spec.n_sampled}_t{spec.temperature}_n{spec.max_new}_k{spec.top_k}_b{spec.batch}_seed{spec.seed}"
+    tag = f"g{spec.n_greedy}_s{spec.n_sampled}_t{spec.temperature}_n{spec.max_new}_k{spec.top_k}_b{spec.batch}_seed{spec.seed}" + (
+        f"_p{spec.part}" if spec.part else "")
     model = None
     records: list[dict] = []
     t0 = time.time()
@@ -128,13 +133,15 @@ def build_dataset(target_dir: Path, cache_dir: Path, spec: DataSpec) -> list[dic
         else:
             if model is None:
                 model = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
+            cpu0 = time.process_time()
             temp = jobs[members[0]][1]
-            gen = torch.Generator().manual_seed(spec.seed * 100_003 + bi)
+            gen = torch.Generator().manual_seed(spec.seed * 100_003 + spec.part * 1_000 + bi)
             recs = generate_batch(model, [ids[j] for j in members], spec.max_new, temp, spec.top_k,
                                   tokenizer.eos_token_id, tokenizer.pad_token_id, gen)
             for r, j in zip(recs, members):
                 r["temperature"] = temp
                 r["prompt_text"] = jobs[j][0]
+                r["gen_cpu_s"] = (time.process_time() - cpu0) / len(recs)  # this batch's CPU, shared out
             tmp = path.with_suffix(".tmp")
             torch.save(recs, tmp)
             tmp.rename(path)

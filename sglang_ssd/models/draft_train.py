@@ -1,7 +1,8 @@
 """Train the draft model: the deterministic script that produced the shipped weights.
 
     python -m sglang_ssd.models.draft_train --target models/target \\
-        [--data models/draft_data] [--layers 0,1,28,29] [--vocab 8192] [--freeze head,attn] [--steps N] \\
+        [--data models/draft_data] [--parts 2] [--layers 0,29] [--vocab 8192] [--freeze head,attn] \\
+        [--steps 700] [--holdout N] \\
         [--out sglang_ssd/models/weights/draft_weights.safetensors]
 
 Pipeline (one thread, fixed seeds; the same arguments give the same weights):
@@ -163,8 +164,14 @@ def train(args) -> dict:
     random.seed(args.seed)
     torch.manual_seed(args.seed)
     t_start, cpu_start = time.time(), time.process_time()
-    spec = DataSpec(n_greedy=args.n_greedy, n_sampled=args.n_sampled, max_new=args.max_new, seed=args.seed)
-    records = build_dataset(args.target, args.data, spec)
+    records = []
+    for part in range(args.parts):
+        spec = DataSpec(n_greedy=args.n_greedy, n_sampled=args.n_sampled, max_new=args.max_new,
+                        seed=args.seed, part=part)
+        records += build_dataset(args.target, args.data, spec)
+    held = records[args.holdout - 1:: args.holdout] if args.holdout else []
+    if args.holdout:
+        records = [r for i, r in enumerate(records) if (i + 1) % args.holdout]
     data_wall, data_cpu = time.time() - t_start, time.process_time() - cpu_start
     target = AutoModelForCausalLM.from_pretrained(str(args.target), dtype=torch.float32)
     eos = int(target.config.eos_token_id)
@@ -175,6 +182,7 @@ def train(args) -> dict:
     student, cfg, copies = build_student(target, args.layers, token_ids, tuple(args.freeze))
     del target
     examples = make_examples(records, token_ids, cfg["vocab_size"])
+    val = make_examples(held, token_ids, cfg["vocab_size"])
     rng = random.Random(args.seed)
     params = [p for p in student.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.98), weight_decay=0.0)
@@ -189,6 +197,7 @@ def train(args) -> dict:
     order: list[int] = []
     bar = tqdm(range(args.steps), desc="distill", unit="step")
     ema_loss = ema_agree = None
+    val_log: list[tuple[int, float, float]] = []
     for step in bar:
         if len(order) < args.batch:
             perm = list(range(len(examples)))
@@ -210,6 +219,10 @@ def train(args) -> dict:
         ema_loss = loss.item() if ema_loss is None else 0.95 * ema_loss + 0.05 * loss.item()
         ema_agree = agree.item() if ema_agree is None else 0.95 * ema_agree + 0.05 * agree.item()
         bar.set_postfix(loss=f"{ema_loss:.3f}", top1=f"{ema_agree:.3f}", lr=f"{lr_at(step):.1e}")
+        if val and ((step + 1) % args.val_every == 0 or step + 1 == args.steps):
+            vloss, vtop1 = validate(student, val, eos, args.bf16)
+            val_log.append((step + 1, round(vloss, 4), round(vtop1, 4)))
+            tqdm.write(f"step {step + 1}: held-out loss {vloss:.3f} top-1 agreement {vtop1:.3f}")
     wall, cpu = time.time() - t_start, time.process_time() - cpu_start
     save_weights(student, cfg, copies, args.out)
     report = {
@@ -219,9 +232,27 @@ def train(args) -> dict:
         "answer_coverage_of_head": round(answer_cov, 4), "final_train_top1_ema": round(ema_agree, 4),
         "final_loss_ema": round(ema_loss, 4), "data_wall_s": round(data_wall), "data_cpu_s": round(data_cpu),
         "total_wall_s": round(wall), "total_cpu_s": round(cpu), "out": str(args.out),
+        "generation_cpu_s_recorded": round(sum(r.get("gen_cpu_s", 0.0) for r in records + held)),
+        "holdout_every": args.holdout, "val_log": val_log,
     }
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     return report
+
+
+@torch.no_grad()
+def validate(student, val: list[dict], pad_id: int, bf16: bool, batch: int = 16) -> tuple[float, float]:
+    """Mean distillation loss and top-1 agreement over held-out examples (no gradient, eval mode)."""
+    student.eval()
+    losses, agrees = [], []
+    for i in range(0, len(val), batch):
+        ids, att, rows, t_logits = collate(val[i: i + batch], pad_id)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            sub = student.lm_head.sub_logits(student.model(input_ids=ids, attention_mask=att).last_hidden_state)
+        loss, agree = distill_loss(sub, rows, t_logits, 0.0)
+        losses.append(loss.item())
+        agrees.append(agree.item())
+    student.train()
+    return sum(losses) / len(losses), sum(agrees) / len(agrees)
 
 
 def save_weights(student, cfg: dict, copies: dict[str, str], out: Path) -> None:
@@ -241,9 +272,9 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--target", type=Path, default=Path("models/target"))
     ap.add_argument("--data", type=Path, default=Path("models/draft_data"))
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    ap.add_argument("--layers", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 28, 29])
+    ap.add_argument("--layers", type=lambda s: [int(x) for x in s.split(",")], default=[0, 29])
     ap.add_argument("--vocab", type=int, default=8192)
-    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--steps", type=int, default=700)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--freeze", type=lambda s: [x for x in s.split(",") if x], default=[],
@@ -254,9 +285,13 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--n-sampled", type=int, default=DataSpec.n_sampled)
     ap.add_argument("--max-new", type=int, default=DataSpec.max_new)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--parts", type=int, default=2, help="data parts (each n-greedy + n-sampled prompts)")
+    ap.add_argument("--holdout", type=int, default=0,
+                    help="experiments: keep every N-th record out of training and report loss/agreement on it")
+    ap.add_argument("--val-every", type=int, default=100)
     args = ap.parse_args(argv)
-    if args.steps <= 0 or args.batch <= 0 or args.lr <= 0:
-        raise ValueError("--steps, --batch and --lr must be positive")
+    if args.steps <= 0 or args.batch <= 0 or args.lr <= 0 or args.parts <= 0 or args.holdout < 0:
+        raise ValueError("--steps, --batch, --lr and --parts must be positive, --holdout non-negative")
     return args
 
 
