@@ -170,3 +170,14 @@ def sd_server(target_path, draft_path):
     )
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def ssd_auto_server(target_path, draft_path):
+    """SSD with --ssd-k auto: the worker picks K (0 = plain decoding) per round from live timings."""
+    server = start_server(
+        target_path, "--speculative-algorithm", "SSD", "--speculative-draft-model-path", str(draft_path),
+        "--ssd-k", "auto", "--ssd-budget", "12", "--ssd-backup", "neural", log_name="ssd_auto",
+    )
+    yield server
+    server.stop()
