@@ -1,8 +1,8 @@
 """Train the draft model: the deterministic script that produced the shipped weights.
 
     python -m sglang_ssd.models.draft_train --target models/target \\
-        [--data models/draft_data] [--parts 2] [--layers 0,29] [--vocab 8192] [--freeze head,attn] \\
-        [--steps 700] [--holdout N] \\
+        [--data models/draft_data] [--parts 2] [--layers 0,1,29] [--vocab 8192] [--freeze head] \\
+        [--steps 600] [--holdout N] \\
         [--out sglang_ssd/models/weights/draft_weights.safetensors]
 
 Pipeline (one thread, fixed seeds; the same arguments give the same weights):
@@ -272,12 +272,12 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--target", type=Path, default=Path("models/target"))
     ap.add_argument("--data", type=Path, default=Path("models/draft_data"))
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    ap.add_argument("--layers", type=lambda s: [int(x) for x in s.split(",")], default=[0, 29])
+    ap.add_argument("--layers", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 29])
     ap.add_argument("--vocab", type=int, default=8192)
-    ap.add_argument("--steps", type=int, default=700)
+    ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--lr", type=float, default=5e-4)
-    ap.add_argument("--freeze", type=lambda s: [x for x in s.split(",") if x], default=[],
+    ap.add_argument("--freeze", type=lambda s: [x for x in s.split(",") if x], default=["head"],
                     help=f"comma list of parts kept as target copies: {','.join(FREEZE_GROUPS)}")
     ap.add_argument("--hard-weight", type=float, default=0.0)
     ap.add_argument("--no-bf16", dest="bf16", action="store_false")
