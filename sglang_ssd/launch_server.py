@@ -91,6 +91,8 @@ def build_sglang_argv(argv: list[str]) -> tuple[list[str], dict[str, str], argpa
                 out += [flag, value]
         if not _has_flag(out, "--disable-cuda-graph") and not _has_flag(out, "--cuda-graph-backend-decode"):
             out.append("--disable-cuda-graph")
+        if not _has_flag(out, "--sleep-on-idle"):
+            out.append("--sleep-on-idle")  # an idle scheduler would otherwise spin a whole core
 
     config = None
     algo = (ns.speculative_algorithm or "").upper()

@@ -21,6 +21,7 @@ CPU_SERVER_ARGS = (
     "--max-total-tokens", "4096",
     "--skip-server-warmup",
     "--dtype", "float32",
+    "--sleep-on-idle",  # idle schedulers otherwise spin a core each; several servers share 2 cores here
 )  # fmt: skip
 
 
