@@ -9,7 +9,6 @@ only on CUDA; the torch path (``attention.py``) is the reference it is checked a
 
 from __future__ import annotations
 
-import flashinfer
 import torch
 
 from .attention import causal_tail_mask
@@ -21,6 +20,8 @@ WORKSPACE_BYTES = 256 << 20
 
 class FlashInferAttention:
     def __init__(self, cfg: ModelConfig, pool: KVPool, device: torch.device) -> None:
+        import flashinfer  # CUDA-only; imported when the FlashInfer path is chosen
+
         self.cfg, self.pool, self.device = cfg, pool, device
         self.workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
         self.wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, kv_layout="NHD")

@@ -1,4 +1,4 @@
-"""Tensors on the wire: raw little-endian frames, dtype and shape in the header (never pickle).
+"""Tensors on the wire: raw little-endian frames, dtype and shape in the header (no Python object serialization).
 
 A :class:`FrameWriter` collects tensors for one message and hands out :class:`TensorRef` s; a
 :class:`FrameReader` checks every frame against its ref (known dtype, byte count = prod(shape) × itemsize,
