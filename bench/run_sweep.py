@@ -31,23 +31,36 @@ COUNTERS = ("ssd_hits", "ssd_lookups", "ssd_fast_backups", "ssd_drafted", "ssd_a
             "ssd_rounds", "ssd_verify_s", "ssd_link_s")
 
 
-def configs(draft: str, k: str, budget: str, ablations: bool) -> dict[str, tuple[list[str], dict]]:
-    ssd = ["--speculative-algorithm", "SSD", "--speculative-draft-model-path", draft, "--ssd-k", k,
-           "--ssd-budget", budget]
+def configs(draft: str, k: str, budget: str, ablations: bool, k_variants: list[str]) -> dict[str, tuple[list[str], dict]]:
+    """name -> (extra server args, record metadata: k, budget, backup, fanout, saguaro_c, colocated, t_min)."""
+    def ssd(kk: str = k) -> list[str]:
+        return ["--speculative-algorithm", "SSD", "--speculative-draft-model-path", draft, "--ssd-k", kk,
+                "--ssd-budget", budget]
+
+    meta = {"k": int(k) if k.isdigit() else k, "budget": int(budget), "fanout": "geometric", "saguaro_c": 1.0}
     out = {
-        "ar": ([], {"cores": "0"}),
-        "sd_coloc": ([*ssd, "--ssd-mode", "sync", "--ssd-draft-cores", "0", "--ssd-backup", "neural"], {}),
-        "sd": ([*ssd, "--ssd-mode", "sync", "--ssd-draft-cores", "1", "--ssd-backup", "neural"], {}),
-        "ssd": ([*ssd, "--ssd-fanout", "geometric", "--ssd-draft-cores", "1", "--ssd-backup", "auto"], {}),
+        "ar": ([], {"k": 0}),
+        "sd_coloc": ([*ssd(), "--ssd-mode", "sync", "--ssd-draft-cores", "0", "--ssd-backup", "neural"],
+                     {**meta, "backup": "neural", "colocated": True}),
+        "sd": ([*ssd(), "--ssd-mode", "sync", "--ssd-draft-cores", "1", "--ssd-backup", "neural"],
+               {**meta, "backup": "neural"}),
+        "ssd": ([*ssd(), "--ssd-fanout", "geometric", "--ssd-draft-cores", "1", "--ssd-backup", "auto"],
+                {**meta, "backup": "auto"}),
     }
+    out["ssd_kauto"] = ([*ssd("auto"), "--ssd-draft-cores", "1"], {**meta, "k": "auto", "backup": "auto"})
+    for kk in k_variants:  # fixed-K SSD points next to `--ssd-k auto`
+        out[f"ssd_k{kk}"] = ([*ssd(kk), "--ssd-draft-cores", "1", "--ssd-backup", "auto"],
+                             {**meta, "k": int(kk), "backup": "auto"})
     if ablations:
         out |= {
-            "ssd_uniform": ([*ssd, "--ssd-fanout", "uniform", "--ssd-draft-cores", "1"], {}),
-            "ssd_neural": ([*ssd, "--ssd-backup", "neural", "--ssd-draft-cores", "1"], {}),
-            "ssd_fast": ([*ssd, "--ssd-backup", "fast", "--ssd-draft-cores", "1"], {}),
-            "ssd_c0.5": ([*ssd, "--ssd-saguaro-c", "0.5", "--ssd-draft-cores", "1"], {"t_min": 0.01}),
-            "ssd_c0.2": ([*ssd, "--ssd-saguaro-c", "0.2", "--ssd-draft-cores", "1"], {"t_min": 0.01}),
-            "ssd_kauto": ([*ssd[:-4], "--ssd-k", "auto", "--ssd-budget", budget, "--ssd-draft-cores", "1"], {}),
+            "ssd_uniform": ([*ssd(), "--ssd-fanout", "uniform", "--ssd-draft-cores", "1"],
+                            {**meta, "fanout": "uniform", "backup": "auto"}),
+            "ssd_neural": ([*ssd(), "--ssd-backup", "neural", "--ssd-draft-cores", "1"], {**meta, "backup": "neural"}),
+            "ssd_fast": ([*ssd(), "--ssd-backup", "fast", "--ssd-draft-cores", "1"], {**meta, "backup": "fast"}),
+            "ssd_c0.5": ([*ssd(), "--ssd-saguaro-c", "0.5", "--ssd-draft-cores", "1"],
+                         {**meta, "saguaro_c": 0.5, "backup": "auto", "t_min": 0.01}),
+            "ssd_c0.2": ([*ssd(), "--ssd-saguaro-c", "0.2", "--ssd-draft-cores", "1"],
+                         {**meta, "saguaro_c": 0.2, "backup": "auto", "t_min": 0.01}),
         }
     return out
 
@@ -126,7 +139,26 @@ def headline(records: list[dict]) -> list[str]:
         if "sd_coloc" in by:
             lines.append(f"SD-colocated/AR = {by['sd_coloc']['output_throughput'] / ar['output_throughput']:.2f}")
         lines.append(f"SSD overhead per round = {ssd['link_ms']:.1f} ms = {100 * ssd['link_ms'] / ssd['verify_ms']:.1f} % of T_v")
+    lines += auto_k_lines(records)
     return lines
+
+
+def auto_k_lines(records: list[dict]) -> list[str]:
+    """`--ssd-k auto` against the best fixed-K SSD configuration and AR at every point of the run."""
+    out = []
+    points = sorted({(r["temperature"], r["concurrency"]) for r in records})
+    for t, c in points:
+        at = {r["config"]: r for r in records if (r["temperature"], r["concurrency"]) == (t, c)}
+        auto, ar = at.get("ssd_kauto"), at.get("ar")
+        fixed = [r for r in at.values() if r["config"].startswith("ssd") and isinstance(r.get("k"), int)
+                 and r["config"] in ("ssd",) + tuple(n for n in at if n.startswith("ssd_k") and n != "ssd_kauto")]
+        if not auto or not fixed or not ar:
+            continue
+        best = max(fixed, key=lambda r: r["output_throughput"])
+        out.append(f"auto-K T={t:g} c={c}: {auto['output_throughput']:.1f} tok/s = "
+                   f"{auto['output_throughput'] / best['output_throughput']:.2f}x best fixed K={best['k']} "
+                   f"({best['output_throughput']:.1f}), {auto['output_throughput'] / ar['output_throughput']:.2f}x AR")
+    return out
 
 
 def plot(records: list[dict], path: Path) -> None:
@@ -159,9 +191,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--temperatures", default="0,0.7")
     ap.add_argument("--num-prompts", type=int, default=16)
     ap.add_argument("--output-len", type=int, default=64)
-    ap.add_argument("--configs", default="ar,sd_coloc,sd,ssd")
+    ap.add_argument("--configs", default="ar,sd_coloc,sd,ssd,ssd_kauto")
     ap.add_argument("--ablations", action="store_true")
     ap.add_argument("--k", default="4")
+    ap.add_argument("--k-variants", default="", help="extra fixed-K SSD configurations, e.g. 1,2")
+    ap.add_argument("--calibration", default=None,
+                    help="bench/calibrate.py JSON: also compare every record with the planner's prediction")
     ap.add_argument("--budget", default="12")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = ap.parse_args(argv)
@@ -169,9 +204,12 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     dataset = out / "prompts_custom.jsonl"
     export_bench_dataset(dataset)
-    all_cfgs = configs(args.draft, args.k, args.budget, args.ablations)
-    names = [n for n in args.configs.split(",") if n] + ([n for n in all_cfgs if n.startswith("ssd_")]
-                                                         if args.ablations else [])
+    all_cfgs = configs(args.draft, args.k, args.budget, args.ablations,
+                       [x for x in args.k_variants.split(",") if x])
+    names = [n for n in args.configs.split(",") if n]
+    names += [f"ssd_k{k}" for k in args.k_variants.split(",") if k and f"ssd_k{k}" not in names]
+    if args.ablations:
+        names += [n for n in all_cfgs if n.startswith("ssd_") and n not in names]
     unknown = [n for n in names if n not in all_cfgs]
     if unknown:
         print(f"error: --configs: unknown configuration {unknown[0]!r} (known: {', '.join(all_cfgs)})",
@@ -191,13 +229,14 @@ def main(argv: list[str] | None = None) -> int:
         with jsonl.open("w") as f:
             for temp, conc in points:
                 for name in names:
+                    meta = {k: v for k, v in all_cfgs[name][1].items() if k != "t_min"}
                     if temp < all_cfgs[name][1].get("t_min", 0.0):
                         continue
                     server = servers[name]
                     before = ssd_state(server)
                     bench = run_bench(server, dataset, args.target, conc, temp, args.num_prompts, args.output_len)
                     rec = summarize(name, bench, before, ssd_state(server),
-                                    {"temperature": temp, "concurrency": conc, "k": args.k, "budget": int(args.budget)})
+                                    {"temperature": temp, "concurrency": conc, "output_len": args.output_len, **meta})
                     records.append(rec)
                     f.write(json.dumps(rec) + "\n")
                     f.flush()
@@ -214,6 +253,13 @@ def main(argv: list[str] | None = None) -> int:
     plot(records, out / "pareto.png")
     print(md)
     print("\n".join(lines))
+    if args.calibration:
+        from sglang_ssd.planner.sweep import compare_sweep
+
+        checked = [r for r in records if str(r.get("k")) != "auto"]  # auto-K has no single K to model
+        cmp = compare_sweep(checked, json.loads(Path(args.calibration).read_text()))
+        (out / "planner_check.md").write_text(cmp + "\n")
+        print(cmp)
     return 0
 
 
