@@ -27,8 +27,10 @@ from ..wire.messages import DraftParams, OutcomeMsg
 from ..wire.speculation import Speculation
 from .backup import ensure_capacity, fast_draft, neural_draft
 from .kv_pool import PoolExhausted
+from .l0 import L0Level
 from .model import DraftModel, Span
 from .planning import BackupChooser, FanoutPlanner
+from .recursive import l0_advance_tree, l0_neural_draft, l0_tree_span
 from .request import RequestState, Stage
 from .sampler import row_params
 from .spec_store import SpecStore
@@ -81,9 +83,12 @@ class RequestError(ValueError):
 
 
 class DraftEngine:
-    def __init__(self, model: DraftModel, cfg: EngineConfig) -> None:
+    """``l0``: a smaller drafter for the draft model itself (recursive chain L0 → L1 → target); every
+    K-token draft — tree branches and neural backups alike — is then L0-proposed and L1-verified."""
+
+    def __init__(self, model: DraftModel, cfg: EngineConfig, l0: L0Level | None = None) -> None:
         cfg.validate()
-        self.model, self.cfg, self.k = model, cfg, cfg.k
+        self.model, self.cfg, self.k, self.l0 = model, cfg, cfg.k, l0
         kind = "fixed" if cfg.fanout_list is not None else cfg.fanout
         budget = sum(cfg.fanout_list) if cfg.fanout_list is not None else cfg.budget
         self.budget = budget
@@ -333,9 +338,9 @@ class DraftEngine:
                 todo = [req for _, req, _ in finishing if req.tree.steps_done < self.k]
                 if not todo:
                     break
-                logits = self.model.forward([tree_span(r) for r in todo])
+                logits = self.model.forward([self._tree_span(r) for r in todo])
                 for r, lg in zip(todo, logits):
-                    advance_tree(r, lg, self.model, self.cfg.saguaro_c)
+                    self._advance_tree(r, lg)
         for i, req, o in finishing:
             tokens, q = self.store.branch(req, 0, self.k)
             self._commit(req, o)
@@ -361,12 +366,25 @@ class DraftEngine:
             # These tokens will be verified as a speculation drafted by a backup: fork them as such.
             plan = self.planner.plan(after_miss=True)
             with Timer(self.stats, "backup_neural"):
-                drafts = neural_draft(self.model, [reqs[i] for i in neural], self.k, plan, self.cfg.saguaro_c)
+                chosen = [reqs[i] for i in neural]
+                if self.l0 is None:
+                    drafts = neural_draft(self.model, chosen, self.k, plan, self.cfg.saguaro_c)
+                else:
+                    drafts = l0_neural_draft(self.model, chosen, self.k, plan, self.cfg.saguaro_c, self.l0, self.stats)
             for i, d in zip(neural, drafts):
                 out[i] = d
         return out
 
     # ---- pre-speculation ------------------------------------------------------------------------------
+    def _tree_span(self, r: RequestState):
+        return tree_span(r) if self.l0 is None else l0_tree_span(r, self.l0, self.model, self.k)
+
+    def _advance_tree(self, r: RequestState, logits: torch.Tensor) -> None:
+        if self.l0 is None:
+            advance_tree(r, logits, self.model, self.cfg.saguaro_c)
+        else:
+            l0_advance_tree(r, logits, self.model, self.l0, self.k, self.cfg.saguaro_c, self.stats)
+
     def cancel_prespeculation(self) -> None:
         """Forget every tree in progress (their next outcome is a miss; committed KV is untouched)."""
         for r in self.requests.values():
@@ -395,7 +413,7 @@ class DraftEngine:
                     continue
                 span = glue_span(r)
             else:
-                span = tree_span(r)
+                span = self._tree_span(r)
             if batch and n_tok + span.n > self.cfg.max_step_tokens:
                 break
             batch.append(r)
@@ -413,7 +431,7 @@ class DraftEngine:
                     r.stage = Stage.TREE if r.tree.num_branches else Stage.READY
                     r.ready_at = None if r.tree.num_branches else time.monotonic()
                 else:
-                    advance_tree(r, lg, self.model, self.cfg.saguaro_c)
+                    self._advance_tree(r, lg)
                     if r.tree.steps_done == self.k:
                         self.store.put(r)
                         r.stage, r.ready_at = Stage.READY, time.monotonic()

@@ -53,6 +53,11 @@ class Tree:
     q: list[torch.Tensor | SparseProbs] = field(default_factory=list)
     steps_done: int = 0
     sample_plan: list[int] = field(default_factory=list)  # fan-out the branches' own rounds will use
+    # Recursive drafting (draft/recursive.py): branches advance unevenly. ``done`` int64 [nb] tokens each
+    # has; ``qb`` its q′ rows; ``steps_done`` is then the depth every branch has reached.
+    done: torch.Tensor | None = None
+    qb: list[list] | None = None
+    pending: dict = field(default_factory=dict)
 
     @property
     def num_branches(self) -> int:
@@ -66,6 +71,13 @@ class Tree:
     def only(self, b: int) -> Tree:
         """The same tree reduced to branch ``b`` (its slots stay where they are)."""
         sel = slice(b, b + 1)
+        if self.done is not None:  # recursive: the branch may be ahead of the published depth
+            d = int(self.done[b])
+            return Tree(
+                self.glue_start, self.r0, self.glue_len, self.base, self.stride, self.cols[sel],
+                self.fork_k[sel], self.fork_tok[sel], self.positions0[sel], self.tokens[sel].clone(),
+                list(self.qb[b][:d]), d, self.sample_plan, self.done[sel].clone(), [list(self.qb[b])],
+            )  # fmt: skip
         return Tree(
             self.glue_start, self.r0, self.glue_len, self.base, self.stride, self.cols[sel],
             self.fork_k[sel], self.fork_tok[sel], self.positions0[sel], self.tokens[sel].clone(),

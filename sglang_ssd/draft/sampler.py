@@ -38,14 +38,21 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
-def counter_uniforms(seed: int, positions: torch.Tensor) -> torch.Tensor:
-    """float32 uniforms in [0, 1) on a 2⁻²⁴ grid, a pure function of (seed, position) per element.
+#: Independent streams of the same (seed, position): the draft's own draws (0), a recursive chain's
+#: acceptance coins at L1 and L0's own draws (``draft/l0.py``).
+STREAM_DRAFT, STREAM_L1_COIN, STREAM_L0_DRAW = 0, 1, 2
+
+
+def counter_uniforms(seed: int, positions: torch.Tensor, stream: int = STREAM_DRAFT) -> torch.Tensor:
+    """float32 uniforms in [0, 1) on a 2⁻²⁴ grid, a pure function of (seed, position, stream) per element.
 
     ``seed``: int in [0, 2⁶³); ``positions``: int64 ``[N]`` ≥ 0. Returns float32 ``[N]`` on the CPU.
     """
     pos = positions.detach().to("cpu", torch.int64).numpy().astype(np.uint64)
     with np.errstate(over="ignore"):
         key = _splitmix64(np.array([seed], dtype=np.uint64) ^ _DOMAIN)
+        if stream:
+            key = _splitmix64(key ^ np.uint64(stream))
         h = _splitmix64(key ^ _splitmix64(pos))
     return torch.from_numpy((h >> np.uint64(40)).astype(np.float32) * np.float32(1.0 / (1 << 24)))
 

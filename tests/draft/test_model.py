@@ -14,7 +14,7 @@ from sglang_ssd.draft.random_model import write_random_model
 
 from .conftest import TINY
 
-TARGET = Path("/work/main/models/target")
+TARGET = Path(__file__).resolve().parents[2] / "models" / "target"
 ATOL = 1e-4
 
 
