@@ -17,6 +17,7 @@ import torch
 from ..wire.codec import Limits
 from ..wire.transport import ZmqServerTransport, is_loopback
 from .engine import DraftEngine, EngineConfig
+from .l0 import L0Level
 from .model import DraftModel
 from .server import DraftServer
 
@@ -46,8 +47,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-step-tokens", type=int, default=4096, help="cap on tokens per tree forward")
     p.add_argument("--max-message-mb", type=float, default=512.0, help="largest accepted message")
     p.add_argument("--curve-secret-file", default=None, help="file with the server's Z85 CURVE secret key")
+    p.add_argument("--l0", default=None, help="recursive chain: n-gram L0 file (models/ngram.json) drafting for --model")
+    p.add_argument("--l0-tokens", type=int, default=3, help="L0 proposals per draft-model forward")
+    p.add_argument("--l0-temperature", default="auto", help="L0 sampling temperature τ₀ ≥ 0, or auto (measured)")
+    p.add_argument("--draft-temperature", default=None,
+                   help="draft temperature τ₁ as a multiple of the request's T (e.g. 0.75), or auto (measured)")
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)
+
+
+def _auto_or_float(flag: str, text: str) -> float | str:
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{flag} must be a number or 'auto', got {text!r}") from None
 
 
 def build_server(args: argparse.Namespace) -> DraftServer:
@@ -55,6 +70,10 @@ def build_server(args: argparse.Namespace) -> DraftServer:
     model = DraftModel(args.model, device=args.device, dtype=dtype, kv_slots=args.kv_slots, attention=args.attention,
                        kv_mem_mb=args.kv_mem_mb)  # fmt: skip
     fanout_list = [int(x) for x in args.fanout_list.split(",")] if args.fanout_list else None
+    l0 = None
+    if args.l0:
+        l0 = L0Level.load(args.l0, args.l0_tokens, _auto_or_float("--l0-temperature", args.l0_temperature))
+    tau1 = None if args.draft_temperature is None else _auto_or_float("--draft-temperature", args.draft_temperature)
     cfg = EngineConfig(
         k=args.k,
         fanout=args.fanout,
@@ -67,10 +86,11 @@ def build_server(args: argparse.Namespace) -> DraftServer:
         max_requests=args.max_requests,
         idle_timeout_s=args.idle_timeout,
         max_step_tokens=args.max_step_tokens,
+        draft_temperature=tau1,
     )
     max_bytes = int(args.max_message_mb * (1 << 20))
     limits = Limits(max_header_bytes=min(16 << 20, max_bytes), max_tensor_bytes=max_bytes, max_message_bytes=max_bytes)
-    return DraftServer(DraftEngine(model, cfg), limits)
+    return DraftServer(DraftEngine(model, cfg, l0=l0), limits)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,7 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     secret = Path(args.curve_secret_file).read_bytes().strip() if args.curve_secret_file else None
     if not is_loopback(args.bind) and secret is None:
         logging.warning("serving %s beyond loopback without CURVE: anyone who can reach it can use it", args.bind)
-    server = build_server(args)
+    try:
+        server = build_server(args)
+    except (ValueError, OSError) as e:  # bad model folder, L0 file, flag value: one line, no traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     transport = ZmqServerTransport(args.bind, curve_secret_key=secret, max_frame_bytes=2 * server.limits.max_message_bytes)
     stop = {"flag": False}
 

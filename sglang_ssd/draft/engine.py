@@ -22,12 +22,14 @@ import time
 from dataclasses import dataclass
 
 import torch
+from msgspec.structs import replace
 
 from ..wire.messages import DraftParams, OutcomeMsg
 from ..wire.speculation import Speculation
 from .backup import ensure_capacity, fast_draft, neural_draft
 from .kv_pool import PoolExhausted
 from .l0 import L0Level
+from .level_temps import TemperatureCalibrator
 from .model import DraftModel, Span
 from .planning import BackupChooser, FanoutPlanner
 from .recursive import l0_advance_tree, l0_neural_draft, l0_tree_span
@@ -66,6 +68,7 @@ class EngineConfig:
     prefill_chunk: int = 512
     max_step_tokens: int = 4096
     cache_mem_mb: float = 256.0
+    draft_temperature: float | str | None = None  # τ₁ = m·T: None ⇒ m = 1, a number ⇒ that m, "auto" ⇒ measured
 
     def validate(self) -> None:
         if not 1 <= self.k <= 64:
@@ -76,6 +79,9 @@ class EngineConfig:
             raise ValueError(f"saguaro_c must be in [0, 1], got {self.saguaro_c}")
         if self.mode not in ("async", "sync"):
             raise ValueError(f"mode must be async or sync, got {self.mode!r}")
+        m = self.draft_temperature
+        if m is not None and m != "auto" and (not isinstance(m, int | float) or m <= 0):
+            raise ValueError(f"draft_temperature multiplier must be > 0 or 'auto', got {m!r}")
 
 
 class RequestError(ValueError):
@@ -103,6 +109,8 @@ class DraftEngine:
         self._t_backup: float | None = None
         self.store = SpecStore(model, cfg.k, budget, cfg.q_support, cfg.max_requests, int(cfg.cache_mem_mb * (1 << 20)))
         self.stats = EngineStats()
+        m = cfg.draft_temperature
+        self.tau1 = None if m is None else TemperatureCalibrator(multiplier=None if m == "auto" else float(m))
 
     # ---- request lifetime ---------------------------------------------------------------------------
     def _check_tokens(self, tokens: list[int], name: str) -> None:
@@ -127,6 +135,8 @@ class DraftEngine:
         seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
         rp = row_params(params, self.cfg.saguaro_c, self.cfg.q_support, self.cfg.sparse_top_k)
         req = RequestState(rid, owner, slot, rp, seed, list(prompt) + [first_token], extent)
+        req.draft_params = params
+        self._set_tau1(req)
         self.requests[rid] = req
         try:
             with Timer(self.stats, "prefill"):
@@ -139,6 +149,17 @@ class DraftEngine:
             raise
         self.stats.count("forced_miss")
         return self._finish(req, tokens, q, origin=kind)
+
+    def _set_tau1(self, req: RequestState) -> None:
+        """Pick the draft temperature multiplier for the request's next drafts (sampled requests whose
+        client did not fix the draft temperature)."""
+        p = req.draft_params
+        if self.tau1 is None or p is None or p.draft_temperature is not None or req.params.greedy:
+            return
+        m = self.tau1.choose()
+        req.tau1_mult = m
+        req.params = row_params(replace(p, draft_temperature=p.temperature * m), self.cfg.saguaro_c,
+                                self.cfg.q_support, self.cfg.sparse_top_k)  # fmt: skip
 
     def _prefill(self, req: RequestState, prompt: list[int]) -> None:
         chunk = self.cfg.prefill_chunk
@@ -276,6 +297,8 @@ class DraftEngine:
         return results
 
     def _observe(self, req: RequestState, o: OutcomeMsg, hit: bool) -> None:
+        if self.tau1 is not None:
+            self.tau1.observe(req.spec_tau1, o.accepted, len(req.spec))
         plan = req.plan
         fan = None
         if plan and req.stage in (Stage.TREE, Stage.READY):
@@ -297,6 +320,9 @@ class DraftEngine:
         ``origin``: "hit" (from the speculation cache) or the backup that drafted it."""
         req.spec = tokens.tolist()
         req.spec_id += 1
+        req.spec_tau1 = req.tau1_mult  # the multiplier these tokens were drafted with
+        req.spec_params = req.params
+        self._set_tau1(req)  # and the one the next tree (and backup) will use
         req.spec_origin = origin
         self.store.clear(req)  # whatever was cached belongs to the previous context
         req.after_miss = origin != "hit"

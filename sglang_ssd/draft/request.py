@@ -105,6 +105,10 @@ class RequestState:
     replied_at: float | None = None  # when the pending speculation was sent
     ready_at: float | None = None  # when its tree finished
     lookup: ContextLookup = field(default_factory=ContextLookup)
+    draft_params: object = None  # the client's DraftParams (to re-derive ``params`` at another τ₁)
+    tau1_mult: float | None = None  # draft temperature multiplier in force for new drafts
+    spec_tau1: float | None = None  # ... and the one the pending speculation was drafted with
+    spec_params: RowParams | None = None  # how the pending speculation was sampled
     last_active: float = field(default_factory=time.monotonic)
 
     def touch(self) -> None:

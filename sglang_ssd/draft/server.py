@@ -117,6 +117,12 @@ class DraftServer:
     def stats(self) -> dict[str, float | int | str]:
         eng = self.engine
         out: dict[str, float | int | str] = dict(eng.stats.snapshot())
+        if eng.l0 is not None:
+            out["l0_tau"] = eng.l0.tau
+            out["l0_calibrating"] = int(eng.l0.calibrating)
+            out |= {f"l0_alpha_tau{t}": round(a, 4) for t, a in eng.l0.measured().items()}
+        if eng.tau1 is not None:
+            out |= eng.tau1.snapshot()
         pool = eng.model.pool
         out.update(
             requests_open=len(eng.requests),

@@ -103,7 +103,8 @@ def run(engine: DraftEngine, rng: random.Random, n_requests: int, rounds: int, p
                                                       engine.cfg.saguaro_c)  # fmt: skip
                     assert spec.tokens.tolist() == ref_toks
                 else:
-                    ref_q = forced_q(model, req.tokens, spec.tokens.tolist(), req.params, plan, engine.cfg.saguaro_c)
+                    ref_q = forced_q(model, req.tokens, spec.tokens.tolist(), req.spec_params, plan,
+                                     engine.cfg.saguaro_c)  # fmt: skip
                 torch.testing.assert_close(_dense(spec.q, vocab), ref_q, atol=Q_ATOL, rtol=0)
                 checked["backups"] += 1
             specs[o.rid] = spec
@@ -133,6 +134,39 @@ def test_sampled_recursive_sends_l1_distributions(tiny_llama, l0_temperature):
     assert checked["branches"] > 0 and checked["backups"] > 0
     if l0_temperature == "auto":
         assert l0.rows_seen >= 40 and l0.tau in l0.grid and set(l0.measured()) == {f"{t:g}" for t in l0.grid}
+
+
+@pytest.mark.parametrize("with_l0", [False, True])
+def test_draft_temperature_calibration_stays_exact(tiny_llama, with_l0):
+    """τ₁ = m·T changes between speculations while calibrating; every q′ is still what was sampled."""
+    model = DraftModel(tiny_llama, kv_slots=8192)
+    l0 = fitted_l0(model, 4, temperature=0.5) if with_l0 else None
+    engine = DraftEngine(model, EngineConfig(k=3, fanout_list=[2, 1, 1, 1], backup="neural", draft_temperature="auto"),
+                         l0=l0)  # fmt: skip
+    engine.tau1.rounds_per_arm = 2
+    checked = run(engine, random.Random(9), 4, 4, PARAMS[1:], exact_tokens=False)
+    assert checked["branches"] > 0
+    cal = engine.tau1
+    assert sum(cal.verdicts.values()) >= 8 and min(cal.verdicts.values()) >= 1
+    temps = {r.params.temperature for r in engine.requests.values() if r.draft_params.draft_temperature is None}
+    assert temps and all(t > 0 for t in temps)
+
+
+def test_temperature_calibrator_picks_the_best_measured():
+    from sglang_ssd.draft.level_temps import TemperatureCalibrator
+
+    cal = TemperatureCalibrator(grid=(0.5, 1.0), rounds_per_arm=3)
+    seen = set()
+    while cal.calibrating:
+        m = cal.choose()
+        seen.add(m)
+        cal.observe(m, 3 if m == 0.5 else 1, 4)
+    assert seen == {0.5, 1.0} and cal.best() == 0.5 and cal.choose() == 0.5
+    assert cal.snapshot()["tau1_alpha_x0.5"] == 0.75
+    fixed = TemperatureCalibrator(multiplier=0.8)
+    assert not fixed.calibrating and fixed.choose() == 0.8
+    with pytest.raises(ValueError):
+        TemperatureCalibrator(multiplier=0.0)
 
 
 def test_reduced_head_recursive(tiny_reduced):
