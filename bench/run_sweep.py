@@ -31,7 +31,8 @@ COUNTERS = ("ssd_hits", "ssd_lookups", "ssd_fast_backups", "ssd_drafted", "ssd_a
             "ssd_rounds", "ssd_verify_s", "ssd_link_s")
 
 
-def configs(draft: str, k: str, budget: str, ablations: bool, k_variants: list[str]) -> dict[str, tuple[list[str], dict]]:
+def configs(draft: str, k: str, budget: str, ablations: bool, k_variants: list[str],
+            ngram: str = str(ROOT / "models" / "ngram.json")) -> dict[str, tuple[list[str], dict]]:
     """name -> (extra server args, record metadata: k, budget, backup, fanout, saguaro_c, colocated, t_min)."""
     def ssd(kk: str = k) -> list[str]:
         return ["--speculative-algorithm", "SSD", "--speculative-draft-model-path", draft, "--ssd-k", kk,
@@ -47,6 +48,11 @@ def configs(draft: str, k: str, budget: str, ablations: bool, k_variants: list[s
         "ssd": ([*ssd(), "--ssd-fanout", "geometric", "--ssd-draft-cores", "1", "--ssd-backup", "auto"],
                 {**meta, "backup": "auto"}),
     }
+    chain = ["--ssd-draft-chain", f"{ngram},{draft}"]
+    out["sd3"] = ([*ssd(), *chain, "--ssd-mode", "sync", "--ssd-draft-cores", "1", "--ssd-backup", "neural"],
+                  {**meta, "backup": "neural", "levels": 3})
+    out["ssd3"] = ([*ssd(), *chain, "--ssd-fanout", "geometric", "--ssd-draft-cores", "1", "--ssd-backup", "auto"],
+                   {**meta, "backup": "auto", "levels": 3})
     out["ssd_kauto"] = ([*ssd("auto"), "--ssd-draft-cores", "1"], {**meta, "k": "auto", "backup": "auto"})
     for kk in k_variants:  # fixed-K SSD points next to `--ssd-k auto`
         out[f"ssd_k{kk}"] = ([*ssd(kk), "--ssd-draft-cores", "1", "--ssd-backup", "auto"],
@@ -74,8 +80,11 @@ def run_bench(server: SGLangServer, dataset: Path, tokenizer: str, concurrency: 
            "--tokenizer", tokenizer, "--apply-chat-template", "--num-prompts", str(num_prompts),
            "--sharegpt-output-len", str(output_len), "--max-concurrency", str(concurrency),
            "--temperature", str(temperature), "--seed", "0", "--output-file", str(out), "--disable-tqdm"]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+    # SGLANG_USE_CPU_ENGINE: bench_serving imports sglang.srt, which needs the CPU stand-ins here too.
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "SGLANG_USE_CPU_ENGINE": "1"})
+    if done.returncode:
+        raise RuntimeError(f"bench_serving failed ({done.returncode}):\n{done.stderr[-3000:]}")
     lines = [ln for ln in out.read_text().splitlines() if ln.strip()]
     out.unlink()
     return json.loads(lines[-1])
@@ -191,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--temperatures", default="0,0.7")
     ap.add_argument("--num-prompts", type=int, default=16)
     ap.add_argument("--output-len", type=int, default=64)
-    ap.add_argument("--configs", default="ar,sd_coloc,sd,ssd,ssd_kauto")
+    ap.add_argument("--configs", default="ar,sd_coloc,sd,ssd,ssd_kauto,sd3,ssd3")
     ap.add_argument("--ablations", action="store_true")
     ap.add_argument("--k", default="4")
     ap.add_argument("--k-variants", default="", help="extra fixed-K SSD configurations, e.g. 1,2")
@@ -234,7 +243,12 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                     server = servers[name]
                     before = ssd_state(server)
-                    bench = run_bench(server, dataset, args.target, conc, temp, args.num_prompts, args.output_len)
+                    try:
+                        bench = run_bench(server, dataset, args.target, conc, temp, args.num_prompts, args.output_len)
+                    except RuntimeError as e:  # keep the rest of the sweep; the gap shows in the table
+                        print(f"  {name} T={temp} c={conc}: FAILED: {e}", flush=True)
+                        done += 1
+                        continue
                     rec = summarize(name, bench, before, ssd_state(server),
                                     {"temperature": temp, "concurrency": conc, "output_len": args.output_len, **meta})
                     records.append(rec)

@@ -102,8 +102,13 @@ def build_sglang_argv(argv: list[str]) -> tuple[list[str], dict[str, str], argpa
             config = config_from_args(ns, ns.speculative_draft_model_path)
         except ConfigError as e:
             raise LaunchError(str(e)) from None
-        if not config.draft_endpoints and not ns.speculative_draft_model_path:
-            raise LaunchError("--speculative-algorithm SSD needs --speculative-draft-model-path or --ssd-draft-endpoint")
+        if config.draft_chain and ns.speculative_draft_model_path and (
+            os.path.realpath(ns.speculative_draft_model_path) != os.path.realpath(config.draft_chain[1])
+        ):
+            raise LaunchError("--speculative-draft-model-path and the L1 of --ssd-draft-chain name different models")
+        if not config.draft_endpoints and not ns.speculative_draft_model_path and not config.draft_chain:
+            raise LaunchError("--speculative-algorithm SSD needs --speculative-draft-model-path, --ssd-draft-chain "
+                              "or --ssd-draft-endpoint")  # fmt: skip
         out += ["--speculative-algorithm", "SSD"]
     else:
         # Judged by presence, not by value: `--ssd-k 7` (the default) is still a request for SSD.

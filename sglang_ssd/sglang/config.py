@@ -34,6 +34,10 @@ class SSDConfig:
     draft_cores: list[int] = field(default_factory=list)
     draft_timeout_s: float = 5.0
     draft_model_path: str | None = None
+    draft_chain: list[str] = field(default_factory=list)  # [L0 n-gram file, L1 draft folder]: recursive SSD
+    l0_tokens: int = 3
+    l0_temperature: float | str = "auto"
+    draft_temperature: float | str | None = None  # τ₁ as a multiple of T, or "auto"
 
     def validate(self) -> SSDConfig:
         if self.k != "auto" and (not isinstance(self.k, int) or not 0 <= self.k <= 32):
@@ -54,6 +58,22 @@ class SSDConfig:
         for ep in self.draft_endpoints:
             if not ep.startswith(("tcp://", "ipc://")):
                 raise ConfigError(f"--ssd-draft-endpoint must start with tcp:// or ipc://, got {ep!r}")
+        if self.draft_chain:
+            if len(self.draft_chain) != 2:
+                raise ConfigError(f"--ssd-draft-chain must be L0_PATH,L1_PATH (two entries), got {','.join(self.draft_chain)!r}")
+            if not os.path.isfile(self.draft_chain[0]):
+                raise ConfigError(f"--ssd-draft-chain: L0 {self.draft_chain[0]!r} is not a file (an n-gram table, "
+                                  "e.g. models/ngram.json)")  # fmt: skip
+            if not os.path.isfile(os.path.join(self.draft_chain[1], "config.json")):
+                raise ConfigError(f"--ssd-draft-chain: L1 {self.draft_chain[1]!r} is not a model folder (no config.json)")
+        if not isinstance(self.l0_tokens, int) or not 1 <= self.l0_tokens <= 16:
+            raise ConfigError(f"--ssd-l0-tokens must be an integer in 1..16, got {self.l0_tokens!r}")
+        for flag, v, lo in (("--ssd-l0-temperature", self.l0_temperature, 0.0),
+                            ("--ssd-draft-temperature", self.draft_temperature, None)):
+            if v is None or v == "auto":
+                continue
+            if not isinstance(v, int | float) or (v < 0 if lo == 0.0 else v <= 0):
+                raise ConfigError(f"{flag} must be {'≥ 0' if lo == 0.0 else '> 0'} or 'auto', got {v!r}")
         if self.draft_timeout_s <= 0:
             raise ConfigError(f"--ssd-draft-timeout must be positive, got {self.draft_timeout_s!r}")
         return self
@@ -90,6 +110,15 @@ def _k_value(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"must be an integer or 'auto', got {text!r}") from None
 
 
+def _auto_or_float(text: str) -> float | str:
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number or 'auto', got {text!r}") from None
+
+
 def add_ssd_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("SSD (speculative speculative decoding)")
     g.add_argument("--ssd-k", type=_k_value, default=SSDConfig.k)
@@ -102,6 +131,11 @@ def add_ssd_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--ssd-draft-endpoint", action="append", default=[])
     g.add_argument("--ssd-draft-cores", default="", help="comma-separated CPU cores for the draft server")
     g.add_argument("--ssd-draft-timeout", type=float, default=SSDConfig.draft_timeout_s)
+    g.add_argument("--ssd-draft-chain", default="", help="recursive SSD: L0_PATH,L1_PATH (n-gram file, draft folder)")
+    g.add_argument("--ssd-l0-tokens", type=int, default=SSDConfig.l0_tokens, help="L0 proposals per L1 forward")
+    g.add_argument("--ssd-l0-temperature", type=_auto_or_float, default=SSDConfig.l0_temperature)
+    g.add_argument("--ssd-draft-temperature", type=_auto_or_float, default=None,
+                   help="draft temperature as a multiple of the request's (e.g. 0.75), or auto")
 
 
 def config_from_args(ns: argparse.Namespace, draft_model_path: str | None) -> SSDConfig:
@@ -121,4 +155,8 @@ def config_from_args(ns: argparse.Namespace, draft_model_path: str | None) -> SS
         draft_cores=cores,
         draft_timeout_s=ns.ssd_draft_timeout,
         draft_model_path=draft_model_path,
+        draft_chain=[x for x in ns.ssd_draft_chain.split(",") if x] if ns.ssd_draft_chain else [],
+        l0_tokens=ns.ssd_l0_tokens,
+        l0_temperature=ns.ssd_l0_temperature,
+        draft_temperature=ns.ssd_draft_temperature,
     ).validate()

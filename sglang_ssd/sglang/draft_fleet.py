@@ -22,12 +22,19 @@ class DraftFleetError(RuntimeError):
 
 def draft_server_command(config: SSDConfig, endpoint: str) -> list[str]:
     k = AUTO_K_MAX if config.k == "auto" else config.k
+    chain: list[str] = []
+    if config.draft_chain:
+        chain = ["--l0", config.draft_chain[0], "--l0-tokens", str(config.l0_tokens),
+                 "--l0-temperature", str(config.l0_temperature)]  # fmt: skip
+    if config.draft_temperature is not None:
+        chain += ["--draft-temperature", str(config.draft_temperature)]
+    model = config.draft_chain[1] if config.draft_chain else config.draft_model_path
     return [
         sys.executable, "-m", "sglang_ssd.draft_server",
-        "--model", str(config.draft_model_path), "--bind", endpoint, "--device", config.draft_device,
+        "--model", str(model), "--bind", endpoint, "--device", config.draft_device,
         "--k", str(max(k, 1)), "--fanout", config.fanout, "--budget", str(config.budget),
         "--saguaro-c", str(config.saguaro_c), "--backup", config.backup, "--mode", config.mode,
-        "--threads", "1",
+        "--threads", "1", *chain,
     ]  # fmt: skip
 
 

@@ -243,3 +243,41 @@ def test_command_line_rejects_a_missing_model_in_one_line_without_loading_anythi
     assert len(lines) == 1 and lines[0].startswith("error:") and "/nonexistent" in lines[0], proc.stderr
     assert proc.stdout == ""
     assert elapsed < 20, f"took {elapsed:.1f} s: something heavy ran before the argument checks"
+
+
+# ---------------------------------------------------------------- recursive chain (--ssd-draft-chain)
+NGRAM = str(ROOT / "models" / "ngram.json")
+DRAFT = str(ROOT / "models" / "draft")
+
+
+def test_draft_chain_builds_a_recursive_draft_server_command():
+    from sglang_ssd.sglang.draft_fleet import draft_server_command
+
+    argv = ["--model-path", TARGET, "--device", "cpu", "--speculative-algorithm", "SSD",
+            "--ssd-draft-chain", f"{NGRAM},{DRAFT}", "--ssd-l0-tokens", "2", "--ssd-draft-temperature", "auto"]  # fmt: skip
+    _, _, _, config = build_sglang_argv(argv)
+    assert config.draft_chain == [NGRAM, DRAFT] and config.l0_tokens == 2 and config.draft_temperature == "auto"
+    cmd = draft_server_command(config, "ipc:///tmp/x.sock")
+    assert flag_value(cmd, "--model") == [DRAFT] and flag_value(cmd, "--l0") == [NGRAM]
+    assert flag_value(cmd, "--l0-tokens") == ["2"] and flag_value(cmd, "--l0-temperature") == ["auto"]
+    assert flag_value(cmd, "--draft-temperature") == ["auto"]
+
+
+@pytest.mark.parametrize(
+    "chain,needle",
+    [(f"{NGRAM}", "two entries"), ("/nope.json,{DRAFT}", "is not a file"), (f"{NGRAM},/nope", "not a model folder")],
+)
+def test_bad_draft_chain_is_one_line_naming_the_flag(chain, needle):
+    msg = launch_error(ssd("--ssd-draft-chain", chain.replace("{DRAFT}", DRAFT)))
+    assert "--ssd-draft-chain" in msg and needle in msg
+
+
+def test_draft_chain_must_agree_with_the_draft_model_path():
+    msg = launch_error(ssd("--ssd-draft-chain", f"{NGRAM},{DRAFT}"))  # ssd() names the target as draft
+    assert "different models" in msg
+
+
+@pytest.mark.parametrize("flag,value", [("--ssd-l0-tokens", "0"), ("--ssd-l0-temperature", "-1"),
+                                        ("--ssd-draft-temperature", "0"), ("--ssd-draft-temperature", "warm")])  # fmt: skip
+def test_bad_level_settings_are_one_line_errors(flag, value):
+    assert flag in launch_error(ssd(flag, value))
