@@ -114,13 +114,14 @@ def draft_path() -> Path:
 class DraftProcess:
     """A draft server the test owns (so it can kill and restart it under a running SGLang server)."""
 
-    def __init__(self, draft: Path, mode: str = "async"):
+    def __init__(self, draft: Path, mode: str = "async", **config_extra):
         import tempfile
 
         from sglang_ssd.sglang.config import SSDConfig
 
         self.endpoint = f"ipc://{tempfile.mkdtemp(prefix='ssd-test-')}/draft.sock"
-        config = SSDConfig(k=SSD_K, budget=12, backup="neural", mode=mode, draft_model_path=str(draft))
+        config = SSDConfig(k=SSD_K, budget=12, backup="neural", mode=mode, draft_model_path=str(draft), **config_extra)
+        self.log = f"/tmp/sglang_ssd_test_draft{'_chain' if config_extra.get('draft_chain') else ''}.log"
         from sglang_ssd.sglang.draft_fleet import draft_server_command
 
         self.command = draft_server_command(config, self.endpoint)
@@ -129,7 +130,7 @@ class DraftProcess:
     def start(self) -> DraftProcess:
         from sglang_ssd.sglang.draft_fleet import spawn_draft_server
 
-        self.proc = spawn_draft_server(self.command, "/tmp/sglang_ssd_test_draft.log")
+        self.proc = spawn_draft_server(self.command, self.log)
         return self
 
     def kill(self) -> None:
@@ -179,5 +180,30 @@ def ssd_auto_server(target_path, draft_path):
         target_path, "--speculative-algorithm", "SSD", "--speculative-draft-model-path", str(draft_path),
         "--ssd-k", "auto", "--ssd-budget", "12", "--ssd-backup", "neural", log_name="ssd_auto",
     )
+    yield server
+    server.stop()
+
+
+# ---- recursive SSD: L0 (n-gram) → L1 (draft) → target -------------------------------------------------
+NGRAM = ROOT / "models" / "ngram.json"
+
+
+@pytest.fixture(scope="session")
+def ssd3_draft(draft_path):
+    """A three-level draft server (L0 proposes for L1), with both level temperatures calibrated live."""
+    if not NGRAM.is_file():
+        pytest.fail(f"{NGRAM} is missing: run `make models` first (make test does it)")
+    proc = DraftProcess(draft_path, draft_chain=[str(NGRAM), str(draft_path)],
+                        l0_temperature="auto", draft_temperature="auto").start()  # fmt: skip
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="session")
+def ssd3_server(target_path, ssd3_draft):
+    server = start_server(
+        target_path, "--speculative-algorithm", "SSD", "--ssd-draft-endpoint", ssd3_draft.endpoint,
+        *SSD_FLAGS, log_name="ssd3",
+    )  # fmt: skip
     yield server
     server.stop()
