@@ -273,6 +273,28 @@ def parse_ints(s: str) -> list[int]:
     return [int(x) for x in s.split(",") if x.strip()]
 
 
+def calibrate_l0(path: Path, context: int, m: int, repeats: int) -> dict:
+    """L0 (n-gram) cost: ms per proposed token, greedy chains of ``m`` after a ``context``-token history
+    (a prompt-set text, so the context lookup scans a realistic history)."""
+    from sglang_ssd.models.ngram import NgramDraft
+    from sglang_ssd.prompts import load_prompts
+
+    model = NgramDraft.load(path)
+    text = " ".join(p.prompt for p in load_prompts(limit=40))
+    rng = torch.Generator().manual_seed(0)
+    vocab = model.vocab_size or 49152
+    ids = [ord(ch) % vocab for ch in text][:context]  # only the lookup's scan length matters here
+    ids += torch.randint(0, vocab, (max(0, context - len(ids)),), generator=rng).tolist()
+    times = []
+    for r in range(repeats * 10):
+        ctx = ids[: context - (r % 7)]
+        t0 = time.perf_counter()
+        model.propose(ctx, m)
+        times.append((time.perf_counter() - t0) * 1000 / m)
+    return {"path": str(path), "context": context, "tokens": m, "ms_per_token": statistics.median(times),
+            "min_ms_per_token": min(times)}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default=str(ROOT / "models" / "target"))
@@ -291,6 +313,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--quick", action="store_true", help="few repeats, batch 1 only, two trees (< 2 min)")
     ap.add_argument("--skip-draft", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "calibration.json"))
+    ap.add_argument("--l0", default=str(ROOT / "models" / "ngram.json"), help="n-gram L0 to time (if present)")
+    ap.add_argument("--l0-only", action="store_true", help="time L0 only and add it to an existing --out JSON")
     args = ap.parse_args(argv)
     if args.context < 1:
         raise ValueError(f"context must be ≥ 1, got {args.context}")
@@ -299,6 +323,13 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     repeats = 7 if args.quick else args.repeats
+    if args.l0_only:
+        out = Path(args.out)
+        result = json.loads(out.read_text())
+        result["l0"] = calibrate_l0(Path(args.l0), args.context, 3, repeats)
+        out.write_text(json.dumps(result, indent=1) + "\n")
+        log(f"L0: {result['l0']['ms_per_token']:.3f} ms per proposed token; wrote {out}")
+        return
     target_batches = [1] + [b for b in parse_ints(args.target_batches) if b != 1]
     decode_batches = parse_ints(args.decode_batches)
     trees = [tuple(int(x) for x in t.split("x")) for t in args.trees.split(",") if t.strip()]
@@ -328,6 +359,9 @@ def main(argv: list[str] | None = None) -> None:
         result["draft"] = source | calibrate_draft(
             model, args.context, args.max_n, k, decode_batches, trees, repeats, args.temperature
         )
+    if Path(args.l0).is_file():
+        result["l0"] = calibrate_l0(Path(args.l0), args.context, 3, repeats)
+        log(f"L0 (n-gram): {result['l0']['ms_per_token']:.3f} ms per proposed token")
     info["loadavg_end"] = list(os.getloadavg())
     result["elapsed_s"] = round(time.perf_counter() - started, 1)
     out = Path(args.out)

@@ -332,6 +332,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fanout", default="geometric", choices=["geometric", "uniform"])
     ap.add_argument("--stat", default="median", choices=["median", "min"], help="which calibration timings")
     ap.add_argument("--json", default=None, help="also write the plan here")
+    ap.add_argument("--alpha0", type=float, default=None,
+                    help="depth 2: L1's measured acceptance of an L0 token (draft server stat l0_accepted / l0_proposed)")
+    ap.add_argument("--l0-tokens", type=int, default=3, help="depth 2: L0 proposals per L1 forward (m)")
+    ap.add_argument("--l0-ms", type=float, default=None, help="depth 2: L0 cost per proposed token (default: calibration)")
     args = ap.parse_args(argv)
     with open(args.calibration) as f:
         cal = json.load(f)
@@ -353,6 +357,21 @@ def main(argv: list[str] | None = None) -> int:
              fanout_mode=args.fanout, stat=args.stat, saguaro=saguaro)  # fmt: skip
     p.notes = source + p.notes
     print(format_plan(p))
+    if args.alpha0 is not None:
+        from .algo.policy import expected_tokens
+        from .planner.costs import CostModel
+        from .planner.depth import compare_depths, format_depths
+
+        l0_ms = args.l0_ms if args.l0_ms is not None else cal.get("l0", {}).get("ms_per_token")
+        if l0_ms is None:
+            ap.error("--alpha0 needs --l0-ms or a calibration with an 'l0' section (bench/calibrate.py --l0-only)")
+        s = p.best_ssd
+        k = s.k if s else 4
+        d = compare_depths(CostModel(cal, args.stat), alpha=alpha, tokens_per_round=expected_tokens(alpha, k),
+                           alpha0=args.alpha0, m=args.l0_tokens, l0_ms=l0_ms, K=k,
+                           budget=s.budget if s else 12, p_hit=s.p_hit if s else 0.5, batch=args.batch)  # fmt: skip
+        print()
+        print(format_depths(d))
     if records:
         print()
         print(compare_sweep(records, cal, args.stat, args.overhead_ms, args.c, args.e_miss_fast))

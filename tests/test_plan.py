@@ -237,3 +237,41 @@ def test_saguaro_c_from_sweep_and_not_modelled_without():
     assert p.saguaro_c == 0.25 and "measured" in p.saguaro_note
     assert "not modelled" in plan(cal, alpha=0.8, r=1.0, temperature=0.7).saguaro_note
     assert saguaro_table(recs, cal, 0.0) is None
+
+
+# ---- depth 2 (recursive chain) -------------------------------------------------------------------------
+def test_tokens_per_l1_forward_and_forward_counts():
+    from sglang_ssd.planner.depth import l1_forwards, tokens_per_l1_forward
+
+    assert tokens_per_l1_forward(0.0, 3) == 1.0 and tokens_per_l1_forward(1.0, 3) == 4.0
+    assert tokens_per_l1_forward(0.5, 2) == pytest.approx(1.75)  # 1 + 0.5 + 0.25
+    assert l1_forwards(0.0, 3, 4) == 4.0  # nothing accepted: one token per forward
+    assert l1_forwards(1.0, 3, 4) == 1.0  # everything accepted: 3 proposals + 1 drawn = K
+    assert l1_forwards(1.0, 2, 7) == 3.0  # 3 + 3 + 1 (the last forward proposes only what is left)
+    one, many = l1_forwards(0.5, 3, 6), l1_forwards(0.5, 3, 6, branches=20)
+    assert 6 / 4 < one < 6 and one < many <= 6  # the slowest of 20 branches sets a tree's length
+
+
+def test_depth2_pays_off_only_when_a_wider_l1_forward_is_cheap():
+    from sglang_ssd.planner.costs import CostModel
+    from sglang_ssd.planner.depth import compare_depths
+
+    kw = dict(alpha=0.6, tokens_per_round=2.0, m=3, K=4, budget=8, p_hit=0.5)
+    flat = CostModel(toy_calibration(draft_ms=5.0))  # L1 forwards cost the same over 1 or 4 tokens
+    good = compare_depths(flat, alpha0=0.8, l0_ms=0.01, **kw)
+    assert good["sd_depth2_over_depth1"] > 1.2 and good["draft_ms_per_token"]["depth2"] < 5.0
+    assert compare_depths(flat, alpha0=0.0, l0_ms=0.01, **kw)["sd_depth2_over_depth1"] < 1.0  # L0 never right
+    steep = toy_calibration(draft_ms=5.0)
+    steep["draft"]["chain_ms"] = [5.0 * n for n in range(1, 10)]  # cost grows with every token fed
+    bad = compare_depths(CostModel(steep), alpha0=0.8, l0_ms=0.01, **kw)
+    assert bad["sd_depth2_over_depth1"] < 1.0
+
+
+def test_cli_depth2(tmp_path, capsys):
+    cal = tmp_path / "cal.json"
+    c = toy_calibration(draft_ms=0.5)
+    c["l0"] = {"ms_per_token": 0.05}
+    cal.write_text(json.dumps(c))
+    assert main(["--calibration", str(cal), "--alpha", "0.6", "--r", "1", "--alpha0", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "depth 2 (L0 → L1 → target)" in out and "SD :" in out and "SSD:" in out
