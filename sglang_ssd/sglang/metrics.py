@@ -46,14 +46,16 @@ def snapshot() -> dict:
     out: dict = {}
     for w in _WORKERS:
         out.update(w.stats.summary())
-        out.update(w.link.stats())
-        c = w.link.counters
-        out.update(ssd_hits=c.hits, ssd_lookups=c.hits + c.misses, ssd_fast_backups=c.fast_backups,
-                   ssd_drafted=w.stats.drafted, ssd_accepted=w.stats.accepted, ssd_emitted=w.stats.emitted,
+        out.update(ssd_drafted=w.stats.drafted, ssd_accepted=w.stats.accepted, ssd_emitted=w.stats.emitted,
                    ssd_verify_s=w.stats.verify_s, ssd_link_s=w.stats.link_s)
         out["ssd_k"] = w.k
         out["ssd_budget"] = w.config.budget
         out["ssd_mode"] = w.config.mode
+        if w.link is None:  # a non-source tensor-parallel rank: the source reports the link
+            continue
+        out.update(w.link.stats())
+        c = w.link.counters
+        out.update(ssd_hits=c.hits, ssd_lookups=c.hits + c.misses, ssd_fast_backups=c.fast_backups)
     return out
 
 

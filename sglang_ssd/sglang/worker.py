@@ -37,6 +37,7 @@ from sglang_ssd.sglang.draft_link import DraftLink
 from sglang_ssd.sglang.proposals import stack_proposals
 from sglang_ssd.sglang.spec_algo import draft_width
 from sglang_ssd.sglang.target_logits import processed_logits
+from sglang_ssd.sglang.tp_sync import TPSync
 from sglang_ssd.wire.messages import DraftParams
 from sglang_ssd.wire.speculation import Outcome, Speculation
 
@@ -54,7 +55,9 @@ class SSDWorker(BaseSpecWorker):
         self.width = draft_width(self.config)  # root + K drafts
         self.k = self.width - 1
         self.speculative_num_draft_tokens = self.width
-        self.link = DraftLink(self.config)
+        # Tensor parallel: only the TP group's source rank talks to the draft server (tp_sync.py).
+        self.tp = TPSync.from_sglang(server_args)
+        self.link = DraftLink(self.config) if self.tp is None or self.tp.is_source else None
         self.pending: dict[str, Speculation] = {}
         self.auto_k = AutoK(self.k) if self.config.k == "auto" else None
         self.stats = metrics.SSDStats()
@@ -71,13 +74,15 @@ class SSDWorker(BaseSpecWorker):
         self.req_to_token_pool, self.token_to_kv_pool_allocator = self._target_worker.get_memory_pool()
 
     def clear_cache_pool(self):
-        for rid in list(self.pending):
-            self.link.close(rid)
+        if self.link is not None:
+            for rid in list(self.pending):
+                self.link.close(rid)
         self.pending.clear()
 
     def note_request_finished(self, *, rid: str, natural_stop: bool) -> None:
         self.pending.pop(rid, None)
-        self.link.close(rid)
+        if self.link is not None:
+            self.link.close(rid)
 
     # ---- one step ----------------------------------------------------------------------------------
     def forward_batch_generation(self, batch, on_publish=None, pp_proxy_tensors=None, **kwargs):
@@ -112,11 +117,16 @@ class SSDWorker(BaseSpecWorker):
     def _forward_round(self, batch, on_publish, pp_proxy_tensors):
         t0 = time.perf_counter()
         bs = len(batch.reqs)
-        specs = self._speculations(batch)
-        k_round = self.auto_k.choose(bs) if self.auto_k else self.k
-        d = k_round + 1
-        vocab = self.model_runner.model_config.vocab_size
-        proposal = stack_proposals(specs, k_round, vocab)  # a shorter chain than drafted stays exact
+        specs, hits = None, None
+        if self.link is not None:
+            specs = self._speculations(batch)
+            k_round = self.auto_k.choose(bs) if self.auto_k else self.k
+            vocab = self.model_runner.model_config.vocab_size
+            proposal = stack_proposals(specs, k_round, vocab)  # a shorter chain than drafted stays exact
+            hits = [int(s.hit) if s is not None and len(s.tokens) else -1 for s in specs]
+        if self.tp is not None:  # the source's proposal (and its K) on every rank
+            proposal, hits = self.tp.proposal(proposal if specs is not None else None, hits)
+        d = proposal.tokens.shape[1] + 1
 
         last = torch.tensor([req.output_ids[-1] for req in batch.reqs], dtype=torch.int64)
         chain = torch.cat([last[:, None], proposal.tokens], dim=1).to(self.device)  # [bs, d]
@@ -158,7 +168,7 @@ class SSDWorker(BaseSpecWorker):
         outcome = verify_chain(
             logits.view(bs, d, -1),
             proposal.tokens.to(self.device),
-            proposal.q.to(self.device) if hasattr(proposal.q, "to") else proposal.q,
+            proposal.q.to(self.device),
             sampling_batch(batch),
             allowed_mask=allowed,
             deterministic=proposal.deterministic.to(self.device),
@@ -166,6 +176,8 @@ class SSDWorker(BaseSpecWorker):
             generator=request_generators(batch),
             check=False,
         )
+        if self.tp is not None:
+            outcome = self.tp.outcome(outcome)  # one set of coins for the whole TP group
         k = outcome.accept_len
         accept_lens = (k + 1).to(torch.int32)
         emitted = outcome.tokens.clamp(min=0)
@@ -190,22 +202,23 @@ class SSDWorker(BaseSpecWorker):
         batch.forward_mode = ForwardMode.DECODE
         # Per-request, per-round SSD facts; SGLang accumulates them into the request's meta_info.
         logits_output.customized_info = {
-            "ssd_hit": [int(s.hit) if s is not None and len(s.tokens) else -1 for s in specs],
+            "ssd_hit": hits,
             "ssd_drafted": proposal.num_draft.tolist(),
         }
 
         # Tell the draft server what happened; its reply is the next round's speculation.
         k_list, bonus_list = k.tolist(), outcome.bonus.tolist()
-        outcomes = [
-            Outcome(req.rid, k_list[i], bonus_list[i])
-            for i, req in enumerate(batch.reqs)
-            if specs[i] is not None and self.link.is_open(req.rid)
-        ]
         t_link = time.perf_counter()
-        self.pending.update(self.link.round(outcomes))
-        for i, req in enumerate(batch.reqs):
-            if specs[i] is not None and req.rid not in self.pending:
-                self.pending.pop(req.rid, None)
+        if self.link is not None:
+            outcomes = [
+                Outcome(req.rid, k_list[i], bonus_list[i])
+                for i, req in enumerate(batch.reqs)
+                if specs[i] is not None and self.link.is_open(req.rid)
+            ]
+            self.pending.update(self.link.round(outcomes))
+            for i, req in enumerate(batch.reqs):
+                if specs[i] is not None and req.rid not in self.pending:
+                    self.pending.pop(req.rid, None)
         t1 = time.perf_counter()
         self.stats.record_round(
             num_draft=proposal.num_draft.tolist(), accepted=k_list, verify_s=t_verified - t_verify,
