@@ -261,3 +261,31 @@ def test_timeout_dead_server_and_reconnect(tiny_model):
     finally:
         c.disconnect()
         srv.stop()
+
+
+def test_one_draft_server_serves_several_replicas(shared_server):
+    """`--dp-size N`: every replica's worker has its own link (its own DEALER socket) to the same draft
+    server. Interleaved replicas get exactly what each would get alone, and closing one replica's
+    requests leaves the other's untouched."""
+
+    def session(client: DraftClient, prefix: str, steps: int = 4):
+        spec = client.open(f"{prefix}-r", [3, 1, 4, 1, 5], 9, DraftParams(temperature=0.9, seed=17))
+        yield spec.tokens.tolist()
+        for i in range(steps):
+            spec = client.round([Outcome(f"{prefix}-r", i % 3, 7 + i)])[0]
+            assert spec.ok, spec.error
+            yield spec.tokens.tolist()
+
+    with DraftClient(shared_server.endpoint, timeout_s=10) as alone:
+        reference = list(session(alone, "solo"))
+        alone.close("solo-r")
+    with DraftClient(shared_server.endpoint, timeout_s=10) as a, DraftClient(shared_server.endpoint, timeout_s=10) as b:
+        got_a, got_b = [], []
+        for ta, tb in zip(session(a, "dp0"), session(b, "dp1")):
+            got_a.append(ta)
+            got_b.append(tb)
+        assert got_a == reference and got_b == reference  # same seed and outcomes ⇒ same drafts
+        a.close("dp0-r")
+        assert "unknown request id" in a.round([Outcome("dp0-r", 0, 1)])[0].error
+        assert b.round([Outcome("dp1-r", 0, 1)])[0].ok
+        b.close("dp1-r")
