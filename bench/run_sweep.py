@@ -65,6 +65,8 @@ def configs(draft: str, k: str, budget: str, ablations: bool, k_variants: list[s
             "ssd_fast": ([*ssd(), "--ssd-backup", "fast", "--ssd-draft-cores", "1"], {**meta, "backup": "fast"}),
             "ssd_c0.5": ([*ssd(), "--ssd-saguaro-c", "0.5", "--ssd-draft-cores", "1"],
                          {**meta, "saguaro_c": 0.5, "backup": "auto", "t_min": 0.01}),
+            "ssd_qsparse": ([*ssd(), "--ssd-q-support", "64", "--ssd-draft-cores", "1"],
+                            {**meta, "backup": "auto", "q_support": 64, "t_min": 0.01}),
             "ssd_c0.2": ([*ssd(), "--ssd-saguaro-c", "0.2", "--ssd-draft-cores", "1"],
                          {**meta, "saguaro_c": 0.2, "backup": "auto", "t_min": 0.01}),
         }

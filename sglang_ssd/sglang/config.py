@@ -38,6 +38,7 @@ class SSDConfig:
     l0_tokens: int = 3
     l0_temperature: float | str = "auto"
     draft_temperature: float | str | None = None  # τ₁ as a multiple of T, or "auto"
+    q_support: int = 0  # > 0: the draft samples from its top-S tokens, q′ travels sparse (exact)
 
     def validate(self) -> SSDConfig:
         if self.k != "auto" and (not isinstance(self.k, int) or not 0 <= self.k <= 32):
@@ -66,6 +67,8 @@ class SSDConfig:
                                   "e.g. models/ngram.json)")  # fmt: skip
             if not os.path.isfile(os.path.join(self.draft_chain[1], "config.json")):
                 raise ConfigError(f"--ssd-draft-chain: L1 {self.draft_chain[1]!r} is not a model folder (no config.json)")
+        if not isinstance(self.q_support, int) or self.q_support < 0:
+            raise ConfigError(f"--ssd-q-support must be an integer ≥ 0 (0 = dense q′), got {self.q_support!r}")
         if not isinstance(self.l0_tokens, int) or not 1 <= self.l0_tokens <= 16:
             raise ConfigError(f"--ssd-l0-tokens must be an integer in 1..16, got {self.l0_tokens!r}")
         for flag, v, lo in (("--ssd-l0-temperature", self.l0_temperature, 0.0),
@@ -131,6 +134,7 @@ def add_ssd_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--ssd-draft-endpoint", action="append", default=[])
     g.add_argument("--ssd-draft-cores", default="", help="comma-separated CPU cores for the draft server")
     g.add_argument("--ssd-draft-timeout", type=float, default=SSDConfig.draft_timeout_s)
+    g.add_argument("--ssd-q-support", type=int, default=0, help="draft samples from its top-S tokens (0 = full)")
     g.add_argument("--ssd-draft-chain", default="", help="recursive SSD: L0_PATH,L1_PATH (n-gram file, draft folder)")
     g.add_argument("--ssd-l0-tokens", type=int, default=SSDConfig.l0_tokens, help="L0 proposals per L1 forward")
     g.add_argument("--ssd-l0-temperature", type=_auto_or_float, default=SSDConfig.l0_temperature)
@@ -159,4 +163,5 @@ def config_from_args(ns: argparse.Namespace, draft_model_path: str | None) -> SS
         l0_tokens=ns.ssd_l0_tokens,
         l0_temperature=ns.ssd_l0_temperature,
         draft_temperature=ns.ssd_draft_temperature,
+        q_support=ns.ssd_q_support,
     ).validate()

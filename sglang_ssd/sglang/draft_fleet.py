@@ -26,6 +26,8 @@ def draft_server_command(config: SSDConfig, endpoint: str) -> list[str]:
     if config.draft_chain:
         chain = ["--l0", config.draft_chain[0], "--l0-tokens", str(config.l0_tokens),
                  "--l0-temperature", str(config.l0_temperature)]  # fmt: skip
+    if config.q_support:
+        chain += ["--q-support", str(config.q_support)]
     if config.draft_temperature is not None:
         chain += ["--draft-temperature", str(config.draft_temperature)]
     model = config.draft_chain[1] if config.draft_chain else config.draft_model_path

@@ -281,3 +281,11 @@ def test_draft_chain_must_agree_with_the_draft_model_path():
                                         ("--ssd-draft-temperature", "0"), ("--ssd-draft-temperature", "warm")])  # fmt: skip
 def test_bad_level_settings_are_one_line_errors(flag, value):
     assert flag in launch_error(ssd(flag, value))
+
+
+def test_q_support_reaches_the_draft_server_and_is_validated():
+    from sglang_ssd.sglang.draft_fleet import draft_server_command
+
+    _, _, _, config = build_sglang_argv(ssd("--ssd-q-support", "64"))
+    assert flag_value(draft_server_command(config, "ipc:///tmp/x.sock"), "--q-support") == ["64"]
+    assert "--ssd-q-support" in launch_error(ssd("--ssd-q-support", "-1"))
