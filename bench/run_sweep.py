@@ -150,6 +150,12 @@ def headline(records: list[dict]) -> list[str]:
         if "sd_coloc" in by:
             lines.append(f"SD-colocated/AR = {by['sd_coloc']['output_throughput'] / ar['output_throughput']:.2f}")
         lines.append(f"SSD overhead per round = {ssd['link_ms']:.1f} ms = {100 * ssd['link_ms'] / ssd['verify_ms']:.1f} % of T_v")
+    for t in sorted({r["temperature"] for r in records}):
+        at = {r["config"]: r for r in records if r["concurrency"] == 1 and r["temperature"] == t}
+        for deep, flat in (("sd3", "sd"), ("ssd3", "ssd")):
+            if deep in at and flat in at:
+                lines.append(f"3-level {deep.upper()}/{flat.upper()} (T={t:g}, c=1) = "
+                             f"{at[deep]['output_throughput'] / at[flat]['output_throughput']:.2f}")
     lines += auto_k_lines(records)
     return lines
 
@@ -210,8 +216,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="bench/calibrate.py JSON: also compare every record with the planner's prediction")
     ap.add_argument("--budget", default="12")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--render-only", action="store_true",
+                    help="rebuild the table, plot, headline and planner check from --out's sweep.jsonl")
     args = ap.parse_args(argv)
     out = Path(args.out)
+    if args.render_only:
+        records = [json.loads(ln) for ln in (out / "sweep.jsonl").read_text().splitlines() if ln.strip()]
+        render(records, out, args.calibration)
+        return 0
     out.mkdir(parents=True, exist_ok=True)
     dataset = out / "prompts_custom.jsonl"
     export_bench_dataset(dataset)
@@ -263,20 +275,25 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for s in servers.values():
             s.stop()
+    render(records, out, args.calibration)
+    return 0
+
+
+def render(records: list[dict], out: Path, calibration: str | None) -> None:
     md = table(records)
     lines = headline(records)
     (out / "sweep.md").write_text(md + "\n\n" + "\n".join(lines) + "\n")
     plot(records, out / "pareto.png")
     print(md)
     print("\n".join(lines))
-    if args.calibration:
+    if calibration:
         from sglang_ssd.planner.sweep import compare_sweep
 
-        checked = [r for r in records if str(r.get("k")) != "auto"]  # auto-K has no single K to model
-        cmp = compare_sweep(checked, json.loads(Path(args.calibration).read_text()))
+        # auto-K has no single K to model; three-level rows have their own model (planner/depth.py)
+        checked = [r for r in records if str(r.get("k")) != "auto" and r.get("levels", 2) == 2]
+        cmp = compare_sweep(checked, json.loads(Path(calibration).read_text()))
         (out / "planner_check.md").write_text(cmp + "\n")
         print(cmp)
-    return 0
 
 
 if __name__ == "__main__":

@@ -79,3 +79,28 @@ def test_auto_k_matches_reference(ssd_auto_server, equality_prompts, hf_greedy):
         got, _ = greedy_tokens(ssd_auto_server, ids)
         assert got == ref
     assert ssd_auto_server.get("/server_info")["internal_states"][0]["ssd_rounds"] > 0
+
+
+def test_requests_joining_mid_flight_and_prefix_hits_match_ar(ssd_server, ar_server, equality_prompts):
+    """Requests arrive while others decode and leave at different lengths; repeated and shared-prefix
+    prompts hit the radix cache. Every output still equals AR's."""
+    import time
+
+    base = equality_prompts[5]
+    jobs = [(base, 24), (base, 9), (base + equality_prompts[6][-6:], 17), (equality_prompts[7], 31),
+            (equality_prompts[7][:-2], 12), (base, 5)]  # fmt: skip
+
+    def run(server):
+        def one(i_job):
+            i, (ids, n) = i_job
+            time.sleep(0.4 * i)  # staggered arrivals join a running batch
+            out = server.generate(ids, {"temperature": 0, "max_new_tokens": n})
+            return out["output_ids"], out["meta_info"].get("cached_tokens", 0)
+
+        with ThreadPoolExecutor(len(jobs)) as pool:
+            return list(pool.map(one, enumerate(jobs)))
+
+    ar = run(ar_server)
+    ssd = run(ssd_server)
+    assert [o for o, _ in ssd] == [o for o, _ in ar]
+    assert max(c for _, c in ssd) > 0, "no request reused a cached prefix"
