@@ -291,9 +291,13 @@ def render(records: list[dict], out: Path, calibration: str | None) -> None:
 
         # auto-K has no single K to model; three-level rows have their own model (planner/depth.py)
         checked = [r for r in records if str(r.get("k")) != "auto" and r.get("levels", 2) == 2]
-        cmp = compare_sweep(checked, json.loads(Path(calibration).read_text()))
-        (out / "planner_check.md").write_text(cmp + "\n")
-        print(cmp)
+        cal = json.loads(Path(calibration).read_text())
+        bare = compare_sweep(checked, cal)
+        served = compare_sweep(checked, cal, serving_overhead=True)
+        text = ("## With the serving overhead per step fitted from the AR rows\n\n" + served +
+                "\n\n## Bare forward costs only\n\n" + bare + "\n")  # fmt: skip
+        (out / "planner_check.md").write_text(text)
+        print(text)
 
 
 if __name__ == "__main__":

@@ -128,16 +128,20 @@ def predict_record(
     e_miss_fast: float = 1.0,
     pooled: tuple[float, float] | None = None,
     with_ttft: bool = True,
+    step_overhead_ms: float = 0.0,
 ) -> float:
     """Predicted output tokens/s of one record (``pooled`` = (α, r) for the full model, else own stats;
-    ``with_ttft`` False = decode rate only, ignoring the record's measured time to first token)."""
+    ``with_ttft`` False = decode rate only, ignoring the record's measured time to first token;
+    ``step_overhead_ms``: the server's own cost per target step — scheduling, sampling, bookkeeping —
+    that a bare forward calibration does not see)."""
     mode, b = record_mode(rec), int(rec.get("concurrency", 1))
 
     def done(rate: float) -> float:
         return _with_ttft(rec, rate) if with_ttft else rate
 
     if mode == "ar":
-        return done(ar_rate(costs.verify_ms(1, b), b))
+        return done(ar_rate(costs.verify_ms(1, b) + step_overhead_ms, b))
+    overhead_ms = overhead_ms + step_overhead_ms
     K = int(rec["k"])
     alpha = pooled[0] if pooled else float(rec["alpha"])
     e = expected_tokens(alpha, K)
@@ -189,10 +193,24 @@ def saguaro_table(records: list[dict], calibration: dict, temperature: float, st
     return {k: sum(v) / len(v) for k, v in by_c.items()}
 
 
+def step_overheads(records: list[dict], costs: CostModel) -> dict[tuple[float, int], float]:
+    """Per (temperature, concurrency): the AR record's measured time per output token minus the bare
+    forward T_v(1, b) — what serving adds to every target step on this machine."""
+    out = {}
+    for r in records:
+        if record_mode(r) == "ar" and r.get("median_tpot_ms"):
+            b = int(r.get("concurrency", 1))
+            out[(float(r.get("temperature", 0.0)), b)] = max(0.0, float(r["median_tpot_ms"]) - costs.verify_ms(1, b))
+    return out
+
+
 def compare_sweep(records: list[dict], calibration: dict, stat: str = "median", overhead_ms: float = 0.0,
-                  c: float = 1.0, e_miss_fast: float = 1.0) -> str:  # fmt: skip
-    """Table of measured vs predicted tokens/s per record, errors in %, and a summary."""
+                  c: float = 1.0, e_miss_fast: float = 1.0, serving_overhead: bool = False) -> str:  # fmt: skip
+    """Table of measured vs predicted tokens/s per record, errors in %, and a summary.
+    ``serving_overhead``: add each point's AR-measured step overhead (:func:`step_overheads`) to every
+    target step; AR rows are then fitted, not predicted, and are left out of the error counts."""
     costs = CostModel(calibration, stat)
+    step_ovh = step_overheads(records, costs) if serving_overhead else {}
     pooled_by_t: dict[float, tuple[float | None, float | None]] = {}
     lines = [
         "| config | T | conc | K | ΣF | α | hit | acc.len | measured tok/s | pred (own) | err % | pred (pooled) | err % |",
@@ -210,23 +228,29 @@ def compare_sweep(records: list[dict], calibration: dict, stat: str = "median", 
             a, r, _ = estimate_alpha_r(records, t, c)
             pooled_by_t[t] = (a, r if r is not None else 1.0)
         try:
-            own = predict_record(rec, costs, overhead_ms=overhead_ms, c=c, e_miss_fast=e_miss_fast)
+            so = step_ovh.get((t, int(rec.get("concurrency", 1))), 0.0)
+            own = predict_record(rec, costs, overhead_ms=overhead_ms, c=c, e_miss_fast=e_miss_fast,
+                                 step_overhead_ms=so)  # fmt: skip
             a, r = pooled_by_t[t]
             pool = None
             if mode == "ar" or a is not None:
                 pool = predict_record(rec, costs, overhead_ms=overhead_ms, c=c, e_miss_fast=e_miss_fast,
-                                      pooled=None if mode == "ar" else (a, r))  # fmt: skip
+                                      pooled=None if mode == "ar" else (a, r), step_overhead_ms=so)  # fmt: skip
         except (KeyError, ValueError) as e:
             skipped.append(f"{name} ({e})")
             continue
         e_own = 100.0 * (own - meas) / meas
-        own_err.append((abs(e_own), name, rec.get("concurrency", 1)))
         e_pool = 100.0 * (pool - meas) / meas if pool else math.nan
-        if pool:
-            pooled_err.append(abs(e_pool))
+        fitted = mode == "ar" and serving_overhead
+        if not fitted:
+            own_err.append((abs(e_own), name, rec.get("concurrency", 1)))
+            if pool:
+                pooled_err.append(abs(e_pool))
+        if fitted:
+            name = f"{name} (fit)"
 
         def f(key: str, fmt: str = "{:.3f}", rec=rec) -> str:
-            return fmt.format(rec[key]) if key in rec else "–"
+            return fmt.format(rec[key]) if rec.get(key) is not None else "–"
 
         lines.append(
             f"| {name} | {t:g} | {rec.get('concurrency', 1)} | {f('k', '{}')} | {f('budget', '{}')} | {f('alpha')} | "
@@ -235,6 +259,11 @@ def compare_sweep(records: list[dict], calibration: dict, stat: str = "median", 
         )
     within = sum(1 for e, _, _ in own_err if e <= TOLERANCE_PCT)
     lines.append("")
+    if serving_overhead:
+        lines.append("serving overhead per target step, fitted from the AR rows (T, concurrency → ms): "
+                     + ", ".join(f"({t:g}, {b}) → {v:.1f}" for (t, b), v in sorted(step_ovh.items())))  # fmt: skip
+    else:
+        lines.append("bare-forward costs only: no serving overhead per step")
     lines.append(f"own-stats predictions within ±{TOLERANCE_PCT:g} %: {within} of {len(own_err)}")
     misses = sorted((x for x in own_err if x[0] > TOLERANCE_PCT), reverse=True)
     for e, name, conc in misses:
