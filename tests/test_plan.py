@@ -275,3 +275,20 @@ def test_cli_depth2(tmp_path, capsys):
     assert main(["--calibration", str(cal), "--alpha", "0.6", "--r", "1", "--alpha0", "0.5"]) == 0
     out = capsys.readouterr().out
     assert "depth 2 (L0 → L1 → target)" in out and "SD :" in out and "SSD:" in out
+
+
+def test_serving_overhead_fitted_from_ar_rows():
+    from sglang_ssd.planner.sweep import compare_sweep, step_overheads
+
+    cal = toy_calibration(draft_ms=1.0)  # bare T_v = 10 ms
+    recs = [
+        {"config": "ar", "temperature": 0.0, "concurrency": 1, "k": 0, "output_throughput": 50.0,
+         "median_tpot_ms": 20.0},
+        {"config": "sd", "temperature": 0.0, "concurrency": 1, "k": 3, "budget": 8, "alpha": 0.5,
+         "accept_length": 2.0, "output_throughput": 2000.0 / (10 + 10 + 3)},
+    ]  # fmt: skip
+    costs = CostModel(cal)
+    assert step_overheads(recs, costs) == {(0.0, 1): 10.0}
+    served = compare_sweep(recs, cal, serving_overhead=True)
+    assert "ar (fit)" in served and "within ±15 %: 1 of 1" in served  # SD: 2 tokens / (10 + 10 + 3·1) ms
+    assert "within ±15 %: 0 of 2" in compare_sweep(recs, cal)  # bare costs miss both by far
