@@ -89,7 +89,9 @@ def estimate_alpha_r(
     records: list[dict], temperature: float, c: float = 1.0
 ) -> tuple[float | None, float | None, str]:
     """(α, r, how): medians over the SD/SSD records at ``temperature`` (all temperatures if none)."""
-    spec = [x for x in records if record_mode(x) in ("sd", "ssd") and "alpha" in x]
+    # Fixed-K two-level records only: auto-K has no single K, three-level rows share α but not costs.
+    spec = [x for x in records if record_mode(x) in ("sd", "ssd") and "alpha" in x
+            and str(x.get("k")).isdigit() and x.get("levels", 2) == 2]  # fmt: skip
     at_t = [x for x in spec if _same_t(x, temperature)]
     scope = f"T = {temperature:g}"
     if not at_t and spec:
