@@ -5,7 +5,7 @@ the group's first rank (the *source*) owns a draft link — N links would open e
 Each round the source broadcasts the stacked speculation (tokens, counts, q′ and the hit flags) over
 the TP group's CPU (gloo) group, every rank verifies it against its own, identical, target logits, and
 the source broadcasts its verification result so that an accept/reject coin can never differ between
-ranks (non-seeded requests draw from each process's RNG). Nothing here is pickled: fixed-layout tensors.
+ranks (non-seeded requests draw from each process's RNG). Only fixed-layout tensors cross the group, no Python objects.
 """
 
 from __future__ import annotations
