@@ -26,7 +26,8 @@ from .sampler import STREAM_L1_COIN, counter_uniforms, proposal
 from .tree import num_top, q_to_full
 
 
-def _dense(q, vocab: int) -> torch.Tensor:
+def _dense(q) -> torch.Tensor:
+    """One-row q (dense or sparse) as a dense vector."""
     return q.to_dense()[0] if isinstance(q, SparseProbs) else q[0]
 
 
@@ -37,14 +38,13 @@ def verify_rows(
     distribution for the token at absolute position ``pos0 + i``). Returns the emitted head ids (j ≤ m
     accepted proposals, then one drawn token)."""
     m = len(prop.tokens)
-    vh = model.head_vocab_size
     positions = torch.arange(pos0, pos0 + m + 1)
     u_draw = counter_uniforms(seed, positions)
     u_coin = counter_uniforms(seed, positions, STREAM_L1_COIN)
     g_head = model.to_head_ids(torch.tensor(prop.tokens, dtype=torch.int64)).tolist() if m else []
     out: list[int] = []
     for i in range(m + 1):
-        q1 = _dense(rows[i], vh).float()
+        q1 = _dense(rows[i]).float()
         if i == m:
             out.append(int(sample_from_weights(q1, u_draw[i])))
             return out
@@ -79,7 +79,7 @@ def _rows(logits: torch.Tensor, req: RequestState, depth0: int, plan: list[int],
 
 def _observe(l0: L0Level, context: list[int], row, model: DraftModel) -> None:
     if l0.calibrating:
-        l0.observe(context, _dense(q_to_full(row, model), model.vocab_size).float())
+        l0.observe(context, _dense(q_to_full(row, model)).float())
 
 
 # ---- tree branches ---------------------------------------------------------------------------------------
