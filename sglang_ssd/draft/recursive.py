@@ -22,7 +22,7 @@ from ..algo.probs import SparseProbs, sample_from_weights
 from .l0 import L0Level, L0Proposal
 from .model import DraftModel, Span
 from .request import RequestState
-from .sampler import STREAM_L1_COIN, counter_uniforms, proposal
+from .sampler import STREAM_L1_COIN, cat_q, counter_uniforms, proposal
 from .tree import num_top, q_to_full
 
 
@@ -146,17 +146,8 @@ def l0_advance_tree(req: RequestState, logits: torch.Tensor, model: DraftModel, 
     reached = int(t.done.min()) if t.num_branches else k
     while t.steps_done < reached:
         s = t.steps_done
-        t.q.append(_cat([t.qb[b][s] for b in range(t.num_branches)]))
+        t.q.append(cat_q([t.qb[b][s] for b in range(t.num_branches)]))
         t.steps_done += 1
-
-
-def _cat(rows: list):
-    if not isinstance(rows[0], SparseProbs):
-        return torch.cat(rows)
-    width = max(r.support for r in rows)
-    pad = torch.nn.functional.pad
-    return SparseProbs(torch.cat([pad(r.indices, (0, width - r.support)) for r in rows]),
-                       torch.cat([pad(r.probs, (0, width - r.support)) for r in rows]), rows[0].vocab_size)  # fmt: skip
 
 
 # ---- backup chains ---------------------------------------------------------------------------------------
@@ -201,5 +192,5 @@ def l0_neural_draft(model: DraftModel, reqs: list[RequestState], k: int, plan: l
     out = []
     for r, tk, ql in zip(reqs, toks, qs):
         r.kv_len = len(r.tokens) - 1  # the next glue re-feeds the last committed token
-        out.append((torch.tensor(tk, dtype=torch.int64), q_to_full(_cat(ql), model)))
+        out.append((torch.tensor(tk, dtype=torch.int64), q_to_full(cat_q(ql), model)))
     return out
