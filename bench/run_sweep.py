@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from sglang_ssd.prompts import export_bench_dataset  # noqa: E402
 from sglang_ssd.sglang.server_process import CPU_SERVER_ARGS, SGLangServer  # noqa: E402
 
-COUNTERS = ("ssd_hits", "ssd_lookups", "ssd_fast_backups", "ssd_drafted", "ssd_accepted", "ssd_emitted",
+COUNTERS = ("ssd_hits", "ssd_lookups", "ssd_fast_backups", "ssd_drafted", "ssd_accepted", "ssd_rejected", "ssd_emitted",
             "ssd_rounds", "ssd_verify_s", "ssd_link_s")
 
 
@@ -108,14 +108,39 @@ def summarize(name: str, bench: dict, before: dict, after: dict, extra: dict) ->
         "accept_length": bench.get("accept_length"),
     }
     if d["ssd_rounds"]:
-        rec["alpha"] = d["ssd_accepted"] / d["ssd_drafted"] if d["ssd_drafted"] else 0.0
+        # α: per-token acceptance (capped-geometric MLE), what the planner's E(α, K) takes;
+        # accepted_fraction: accepted / drafted, which is smaller (a rejection ends the chain).
+        judged = d["ssd_accepted"] + d["ssd_rejected"]
+        rec["alpha"] = d["ssd_accepted"] / judged if judged else 0.0
+        rec["accepted_fraction"] = d["ssd_accepted"] / d["ssd_drafted"] if d["ssd_drafted"] else 0.0
         rec["hit_rate"] = d["ssd_hits"] / d["ssd_lookups"] if d["ssd_lookups"] else 0.0
         rec["backup_rate"] = 1.0 - rec["hit_rate"] if d["ssd_lookups"] else 0.0
         rec["accept_length"] = d["ssd_emitted"] / d["ssd_rounds"] if rec["accept_length"] is None else rec[
             "accept_length"]
+        if "ssd_auto_k_chosen" in after:  # how often auto-K chose each K at this point, and its costs
+            rec["auto_k_chosen"] = [a - b for a, b in zip(after["ssd_auto_k_chosen"],
+                                                           before.get("ssd_auto_k_chosen", [0] * 99))]
+            rec["auto_k_step_ms"] = after.get("ssd_auto_k_step_ms")
+            rec["auto_k_gap_ms"] = after.get("ssd_auto_k_gap_ms")
+        rec.update(per_k_counts(before.get("ssd_draft_server", {}), after.get("ssd_draft_server", {})))
         rec["verify_ms"] = 1000 * d["ssd_verify_s"] / d["ssd_rounds"]
         rec["link_ms"] = 1000 * d["ssd_link_s"] / d["ssd_rounds"]
     return rec
+
+
+def per_k_counts(before: dict, after: dict) -> dict:
+    """The draft servers' realized-k histogram over this point, with hits and mean fan-out per k
+    (what a fan-out plan is judged against)."""
+    ks = sorted(int(key[len("outcome_k"):]) for key in after if key.startswith("outcome_k"))
+    hist, hit, fan = {}, {}, {}
+    for k in ks:
+        n = after.get(f"outcome_k{k}", 0) - before.get(f"outcome_k{k}", 0)
+        if n <= 0:
+            continue
+        hist[str(k)] = n
+        hit[str(k)] = round((after.get(f"hit_k{k}", 0) - before.get(f"hit_k{k}", 0)) / n, 3)
+        fan[str(k)] = round((after.get(f"fanout_k{k}", 0) - before.get(f"fanout_k{k}", 0)) / n, 2)
+    return {"k_hist": hist, "hit_rate_by_k": hit, "fanout_by_k": fan} if hist else {}
 
 
 def table(records: list[dict]) -> str:

@@ -304,6 +304,11 @@ class DraftEngine:
         if plan and req.stage in (Stage.TREE, Stage.READY):
             fan = plan[o.accepted] if o.accepted < len(req.spec) else plan[-1]
         self.planner.observe(o.accepted, len(req.spec), after_miss=req.after_miss, fanout=fan, hit=hit)
+        # Realized k and hits per k: what the fan-out plan is judged against (bench/README.md).
+        self.stats.count(f"outcome_k{o.accepted}")
+        self.stats.count(f"hit_k{o.accepted}", int(hit))
+        if fan is not None:
+            self.stats.count(f"fanout_k{o.accepted}", fan)
         self.stats.count("accepted_tokens", o.accepted)
         self.stats.count("drafted_tokens", len(req.spec))
 

@@ -2,11 +2,19 @@
 
 Verifying fewer tokens than were drafted is exact (the chain is simply shorter; the draft server is
 told k ≤ K' accepted), so the worker may cut every speculation to the K it predicts fastest:
-rate(K) = E(α, K) / (T_v(K+1) + L(K)), with α the live per-token acceptance, T_v(n) the measured
-verify time for n tokens per request at the current batch size, and L the measured draft-link time.
-K = 0 is plain decoding (one token verified). Widths never measured start from a prior and are
-tried now and then, so a changing workload (larger batches, where verification grows costlier) moves
-the choice. On a CPU where T_v(n) rises with n, this is what keeps SSD from being slower than AR.
+
+    rate(K) = E(α, K) / (S(K + 1) + G)
+
+with α the live per-token acceptance, S(n) the measured time of a whole worker step that verifies n
+tokens per request at the current batch size (the link wait, the forward, the exact verification),
+and G the measured gap between steps (the scheduler's own work, paid whatever K is). K = 0 is plain
+decoding: one token verified, nothing drafted used. Measuring whole steps, not bare forwards, is what
+makes the comparison with K = 0 honest on a CPU, where a forward over n tokens costs much more than
+over one and the per-step overheads are large.
+
+Every width is tried twice per batch-size bucket before the model is trusted, and a random width
+every `EXPLORE_EVERY` rounds afterwards, so a changing workload (larger batches, where verification
+grows costlier; text the draft predicts better) moves the choice.
 """
 
 from __future__ import annotations
@@ -15,59 +23,72 @@ import random
 
 from sglang_ssd.algo.policy import expected_tokens
 
-EXPLORE_EVERY = 12
+EXPLORE_EVERY = 16
+WARMUP_TRIES = 2
 EMA = 0.2
+MAX_GAP_S = 1.0  # a longer pause between steps is idleness, not scheduler work
 
 
 class AutoK:
     def __init__(self, k_max: int, seed: int = 0):
+        if k_max < 1:
+            raise ValueError(f"auto-K needs a drafted length ≥ 1, got {k_max}")
         self.k_max = k_max
-        self.verify_ms: dict[tuple[int, int], float] = {}  # (batch bucket, width) -> EMA ms
-        self.link_ms = 0.0
-        self.accepted = 1.0  # priors: α ≈ 0.5 until measured
-        self.drafted = 2.0
+        self.step_ms: dict[tuple[int, int], float] = {}  # (batch bucket, width) -> EMA ms
+        self.tries: dict[tuple[int, int], int] = {}
+        self.gap_ms = 0.0
+        self.accepted = 1.0  # prior: α = 0.5 over two pseudo-trials
+        self.judged = 2.0
         self.rounds = 0
+        self.chosen = [0] * (k_max + 1)
         self.rng = random.Random(seed)
 
     @staticmethod
-    def _bucket(batch: int) -> int:
+    def bucket(batch: int) -> int:
         return min(batch.bit_length(), 6)  # 1, 2-3, 4-7, ... batch sizes share estimates
 
     @property
     def alpha(self) -> float:
-        return min(max(self.accepted / max(self.drafted, 1e-9), 0.0), 0.999)
+        return min(max(self.accepted / self.judged, 0.0), 0.999)
 
-    def _t_verify(self, bucket: int, width: int) -> float:
-        known = {w: t for (b, w), t in self.verify_ms.items() if b == bucket}
-        if width in known:
-            return known[width]
-        if not known:
-            return 1.0 + 0.2 * (width - 1)  # relative prior; only ratios matter before measurements
-        w0 = min(known, key=lambda w: abs(w - width))
-        return known[w0] * (1.0 + 0.15 * (width - w0)) if width > w0 else known[w0]
+    def predicted_rate(self, batch: int, k: int) -> float | None:
+        """Tokens per ms per request at ``k`` drafted tokens; None before that width is measured."""
+        t = self.step_ms.get((self.bucket(batch), k + 1))
+        return None if t is None else expected_tokens(self.alpha, k) / max(t + self.gap_ms, 1e-9)
 
     def choose(self, batch: int) -> int:
         self.rounds += 1
-        bucket = self._bucket(batch)
-        if self.rounds % EXPLORE_EVERY == 0:
-            return self.rng.randint(0, self.k_max)
-        best_k, best = 0, -1.0
-        for k in range(self.k_max + 1):
-            t = self._t_verify(bucket, k + 1) + (self.link_ms if k > 0 else 0.0)
-            rate = expected_tokens(self.alpha, k) / max(t, 1e-9)
-            if rate > best:
-                best_k, best = k, rate
-        return best_k
+        b = self.bucket(batch)
+        untried = [k for k in range(self.k_max + 1) if self.tries.get((b, k + 1), 0) < WARMUP_TRIES]
+        if untried:
+            k = untried[0]
+        elif self.rounds % EXPLORE_EVERY == 0:
+            k = self.rng.randint(0, self.k_max)
+        else:
+            k = max(range(self.k_max + 1), key=lambda k: self.predicted_rate(batch, k))
+        self.chosen[k] += 1
+        return k
 
-    def observe(self, batch: int, width: int, verify_ms: float, link_ms: float, accepted: list[int],
+    def observe(self, batch: int, width: int, step_ms: float, gap_ms: float | None, accepted: list[int],
                 drafted: list[int]) -> None:
-        key = (self._bucket(batch), width)
-        old = self.verify_ms.get(key)
-        self.verify_ms[key] = verify_ms if old is None else (1 - EMA) * old + EMA * verify_ms
-        if width > 1:
-            self.link_ms = (1 - EMA) * self.link_ms + EMA * link_ms
-        # Per-token acceptance: accepted tokens over positions examined (accepted + the rejection).
+        """One round: ``step_ms`` the worker's whole step at ``width``; ``gap_ms`` the time since the
+        previous step ended (None for the first); the accepted and drafted counts per request."""
+        key = (self.bucket(batch), width)
+        old = self.step_ms.get(key)
+        self.step_ms[key] = step_ms if old is None else (1 - EMA) * old + EMA * step_ms
+        self.tries[key] = self.tries.get(key, 0) + 1
+        if gap_ms is not None and gap_ms < 1000 * MAX_GAP_S:
+            self.gap_ms = (1 - EMA) * self.gap_ms + EMA * gap_ms
+        # Per-token acceptance: accepted tokens over positions judged (accepted + the rejection).
         for a, d in zip(accepted, drafted):
             if d > 0:
                 self.accepted += a
-                self.drafted += a + (1 if a < d else 0)
+                self.judged += a + (1 if a < d else 0)
+
+    def snapshot(self) -> dict:
+        return {
+            "ssd_auto_k_alpha": self.alpha,
+            "ssd_auto_k_gap_ms": self.gap_ms,
+            "ssd_auto_k_chosen": list(self.chosen),
+            "ssd_auto_k_step_ms": {f"b{b}w{w}": round(t, 2) for (b, w), t in sorted(self.step_ms.items())},
+        }

@@ -34,7 +34,8 @@ class LinkCounters:
     fast_backups: int = 0  # deterministic (point-mass) speculations among misses
     faults: int = 0
     reconnects: int = 0
-    round_seconds: float = 0.0
+    round_seconds: float = 0.0  # waited for round replies
+    round_trip_seconds: float = 0.0  # post to reply collected (overlapped with the scheduler when posted)
     extra: dict = field(default_factory=dict)
 
 
@@ -48,6 +49,9 @@ class DraftLink:
         self.last_try: list[float] = [0.0] * len(self.clients)
         self.opened: set[str] = set()
         self.counters = LinkCounters()
+        self._tickets: dict[int, int] = {}  # server index -> posted round awaiting collection
+        self._early: dict[str, Speculation] = {}
+        self._t_post = 0.0
 
     def shard(self, rid: str) -> int:
         return zlib.crc32(rid.encode()) % len(self.clients)
@@ -108,17 +112,47 @@ class DraftLink:
 
     def round(self, outcomes: list[Outcome]) -> dict[str, Speculation]:
         """Send the outcomes of opened requests; returns the next speculation per request id."""
-        t0 = time.perf_counter()
+        self.post(outcomes)
+        return self.collect()
+
+    def post(self, outcomes: list[Outcome]) -> None:
+        """Send the outcomes now and return at once; :meth:`collect` gets the replies later.
+
+        The worker posts at the end of its step and collects at the start of the next, so the round
+        trip (and any wait for the draft server to finish the tree step it is in) overlaps the
+        scheduler's own work between steps instead of adding to the step."""
+        self.collect_into(self._early)  # at most one round in flight per server
+        self._t_post = time.perf_counter()
         groups: dict[int, list[Outcome]] = {}
         for o in outcomes:
             if o.rid in self.opened:
                 groups.setdefault(self.shard(o.rid), []).append(o)
-        out: dict[str, Speculation] = {}
         for i, group in groups.items():
             if not self._usable(i):
                 continue
             try:
-                specs = self.clients[i].round(group)
+                self._tickets[i] = self.clients[i].post_round(group)
+            except DraftUnavailable as e:
+                self._fault(i, e)
+
+    @property
+    def in_flight(self) -> bool:
+        return bool(self._tickets)
+
+    def collect(self) -> dict[str, Speculation]:
+        """The speculations answering the posted round (empty when nothing is in flight)."""
+        out, self._early = self._early, {}
+        self.collect_into(out)
+        return out
+
+    def collect_into(self, out: dict[str, Speculation]) -> None:
+        if not self._tickets:
+            return
+        t0 = time.perf_counter()
+        tickets, self._tickets = self._tickets, {}
+        for i, ticket in tickets.items():
+            try:
+                specs = self.clients[i].collect_round(ticket)
             except DraftUnavailable as e:
                 self._fault(i, e)
                 continue
@@ -128,9 +162,10 @@ class DraftLink:
                     out[s.rid] = s
                 else:
                     self.opened.discard(s.rid)  # out of sync or unknown: re-open next step
+        t1 = time.perf_counter()
         self.counters.rounds += 1
-        self.counters.round_seconds += time.perf_counter() - t0
-        return out
+        self.counters.round_seconds += t1 - t0  # time actually waited for replies
+        self.counters.round_trip_seconds += t1 - self._t_post
 
     def close(self, rid: str) -> None:
         if rid not in self.opened:
@@ -144,6 +179,22 @@ class DraftLink:
         except DraftUnavailable as e:
             self._fault(i, e)
 
+    def server_counters(self) -> dict[str, int]:
+        """The draft servers' own integer counters (hits, misses, outcomes and hits per realized k,
+        backups, ...), summed over the servers that answer."""
+        out: dict[str, int] = {}
+        for i, client in enumerate(self.clients):
+            if self.down_since[i] is not None:
+                continue
+            try:
+                stats = client.stats()
+            except DraftUnavailable:
+                continue
+            for key, value in stats.items():
+                if isinstance(value, int) and not isinstance(value, bool):
+                    out[key] = out.get(key, 0) + value
+        return out
+
     def stats(self) -> dict:
         c = self.counters
         looked_up = c.hits + c.misses
@@ -156,6 +207,7 @@ class DraftLink:
             "ssd_faults": c.faults,
             "ssd_reconnects": c.reconnects,
             "ssd_round_ms": 1000 * c.round_seconds / c.rounds if c.rounds else 0.0,
+            "ssd_round_trip_ms": 1000 * c.round_trip_seconds / c.rounds if c.rounds else 0.0,
             "ssd_draft_servers_up": sum(d is None for d in self.down_since),
         }
         return out

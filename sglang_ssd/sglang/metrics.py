@@ -16,6 +16,7 @@ class SSDStats:
     rounds: int = 0
     drafted: int = 0
     accepted: int = 0
+    rejected: int = 0  # request-rounds that stopped at a rejection (k < drafted)
     emitted: int = 0
     verify_s: float = 0.0
     link_s: float = 0.0
@@ -26,6 +27,7 @@ class SSDStats:
         self.rounds += 1
         self.drafted += sum(num_draft)
         self.accepted += sum(accepted)
+        self.rejected += sum(1 for a, d in zip(accepted, num_draft) if a < d)
         self.emitted += sum(accepted) + len(accepted)
         self.verify_s += verify_s
         self.link_s += link_s
@@ -34,28 +36,36 @@ class SSDStats:
     def summary(self) -> dict:
         r = max(self.rounds, 1)
         return {
-            "ssd_alpha": self.accepted / self.drafted if self.drafted else 0.0,
+            # Per-token acceptance α, the capped-geometric MLE: accepted / (accepted + rejections).
+            "ssd_alpha": self.accepted / (self.accepted + self.rejected) if self.accepted + self.rejected else 0.0,
+            "ssd_accepted_fraction": self.accepted / self.drafted if self.drafted else 0.0,
             "ssd_verify_ms": 1000 * self.verify_s / r,
             "ssd_link_ms": 1000 * self.link_s / r,
             "ssd_step_ms": 1000 * self.total_s / r,
         }
 
 
-def snapshot() -> dict:
-    """Merged statistics of the SSD workers in this process."""
+def snapshot(*, draft_servers: bool = False) -> dict:
+    """Merged statistics of the SSD workers in this process; ``draft_servers`` adds the draft servers'
+    counters under ``ssd_draft_server`` (one stats call per server)."""
     out: dict = {}
     for w in _WORKERS:
         out.update(w.stats.summary())
-        out.update(ssd_drafted=w.stats.drafted, ssd_accepted=w.stats.accepted, ssd_emitted=w.stats.emitted,
+        out.update(ssd_drafted=w.stats.drafted, ssd_accepted=w.stats.accepted,
+                   ssd_rejected=w.stats.rejected, ssd_emitted=w.stats.emitted,
                    ssd_verify_s=w.stats.verify_s, ssd_link_s=w.stats.link_s)
         out["ssd_k"] = w.k
         out["ssd_budget"] = w.config.budget
         out["ssd_mode"] = w.config.mode
+        if w.auto_k is not None:
+            out.update(w.auto_k.snapshot())
         if w.link is None:  # a non-source tensor-parallel rank: the source reports the link
             continue
         out.update(w.link.stats())
         c = w.link.counters
         out.update(ssd_hits=c.hits, ssd_lookups=c.hits + c.misses, ssd_fast_backups=c.fast_backups)
+        if draft_servers:
+            out["ssd_draft_server"] = w.link.server_counters()
     return out
 
 
@@ -67,7 +77,7 @@ INTERNAL_STATE_TARGET = (
 
 def add_to_internal_state(result, controller, state, *args, **kwargs):
     """AFTER hook: SSD counters appear in `/server_info` → `internal_states[i]`."""
-    state.update(snapshot())
+    state.update(snapshot(draft_servers=True))
     return result
 
 

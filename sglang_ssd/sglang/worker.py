@@ -7,8 +7,9 @@ One decode step = one SSD round (ALGORITHM.md §2) seen from the target:
 2. one TARGET_VERIFY forward over the chain [last, s_1..s_K] of every request (NGRAM's verify shape);
 3. exact rejection sampling with the q′ received (`sglang_ssd.algo.verify_chain`) on the request's own
    processed distribution — never SGLang's greedy-only CPU verify;
-4. keep the KV of accepted tokens, report `accept_lens` (bonus included) to the scheduler, and send
-   the outcomes (k, bonus) to the draft server, whose reply is the next round's speculation.
+4. keep the KV of accepted tokens, report `accept_lens` (bonus included) to the scheduler, and post
+   the outcomes (k, bonus) to the draft server; its reply, the next round's speculation, is
+   collected at the start of the next step, so the round trip overlaps the scheduler's own work.
 While the target verifies, the draft server pre-speculates the likely outcomes, so step 4's reply is
 usually a cache hit answered at once. Prefill batches are a plain target forward.
 """
@@ -60,6 +61,7 @@ class SSDWorker(BaseSpecWorker):
         self.link = DraftLink(self.config) if self.tp is None or self.tp.is_source else None
         self.pending: dict[str, Speculation] = {}
         self.auto_k = AutoK(self.k) if self.config.k == "auto" else None
+        self._last_step_end = 0.0
         self.stats = metrics.SSDStats()
         self.enable_metrics = bool(getattr(server_args, "enable_metrics", False))
         metrics.register_worker(self)
@@ -91,6 +93,7 @@ class SSDWorker(BaseSpecWorker):
         return self._forward_round(batch, on_publish, pp_proxy_tensors)
 
     def _forward_prefill(self, batch, on_publish, pp_proxy_tensors):
+        self._last_step_end = 0.0  # the next decode step's gap would count this prefill
         result = self.target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors)
         bs = len(batch.reqs)
         predict = result.next_token_ids
@@ -105,9 +108,10 @@ class SSDWorker(BaseSpecWorker):
 
     def _speculations(self, batch) -> list[Speculation | None]:
         """The pending speculation of every request; opens requests the draft server does not know."""
+        self.pending.update(self.link.collect())  # the round posted at the end of the previous step
         specs = []
         for req in batch.reqs:
-            spec = self.pending.get(req.rid) if self.link.is_open(req.rid) else None
+            spec = self.pending.pop(req.rid, None) if self.link.is_open(req.rid) else None
             if spec is None:
                 committed = list(req.origin_input_ids) + list(req.output_ids)
                 spec = self.link.open(req.rid, committed[:-1], committed[-1], draft_params(req))
@@ -120,6 +124,7 @@ class SSDWorker(BaseSpecWorker):
         specs, hits = None, None
         if self.link is not None:
             specs = self._speculations(batch)
+            t_collected = time.perf_counter()
             k_round = self.auto_k.choose(bs) if self.auto_k else self.k
             vocab = self.model_runner.model_config.vocab_size
             proposal = stack_proposals(specs, k_round, vocab)  # a shorter chain than drafted stays exact
@@ -206,27 +211,31 @@ class SSDWorker(BaseSpecWorker):
             "ssd_drafted": proposal.num_draft.tolist(),
         }
 
-        # Tell the draft server what happened; its reply is the next round's speculation.
+        # Tell the draft server what happened; its reply is the next round's speculation. SSD posts
+        # it now and collects it at the start of the next step (the round trip overlaps the
+        # scheduler's work in between); the SD baseline (sync) waits for its draft here.
         k_list, bonus_list = k.tolist(), outcome.bonus.tolist()
         t_link = time.perf_counter()
+        link_s = 0.0
         if self.link is not None:
             outcomes = [
                 Outcome(req.rid, k_list[i], bonus_list[i])
                 for i, req in enumerate(batch.reqs)
                 if specs[i] is not None and self.link.is_open(req.rid)
             ]
-            self.pending.update(self.link.round(outcomes))
-            for i, req in enumerate(batch.reqs):
-                if specs[i] is not None and req.rid not in self.pending:
-                    self.pending.pop(req.rid, None)
+            self.link.post(outcomes)
+            if self.config.mode == "sync":
+                self.pending.update(self.link.collect())
+            link_s = (t_collected - t0) + (time.perf_counter() - t_link)
         t1 = time.perf_counter()
         self.stats.record_round(
             num_draft=proposal.num_draft.tolist(), accepted=k_list, verify_s=t_verified - t_verify,
-            link_s=t1 - t_link, total_s=t1 - t0,
+            link_s=link_s, total_s=t1 - t0,
         )
         if self.auto_k:
-            self.auto_k.observe(bs, d, 1000 * (t_verified - t_verify), 1000 * (t1 - t_link), k_list,
-                                proposal.num_draft.tolist())
+            gap_ms = 1000 * (t0 - self._last_step_end) if self._last_step_end else None
+            self.auto_k.observe(bs, d, 1000 * (t1 - t0), gap_ms, k_list, proposal.num_draft.tolist())
+        self._last_step_end = t1
         if self.enable_metrics and self.stats.rounds % 16 == 0:
             metrics.export_prometheus()
         return self._result(logits_output, accept_tokens, accept_tokens, accept_lens, new_seq_lens,

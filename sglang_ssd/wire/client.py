@@ -73,38 +73,60 @@ class DraftClient:
         self._seq = 0
         self._spec_ids: dict[str, int] = {}
         self.stale_replies = 0
+        self._posted: dict[int, list[str]] = {}  # seq -> rids of a round sent but not yet collected
+        self._early: dict[int, tuple] = {}  # replies to posted rounds that arrived during another call
+        self._closed_while_posted: set[str] = set()
 
     # ---- exchange --------------------------------------------------------------------------------
+    def _send(self, body, timeout_s: float) -> int:
+        self._seq += 1
+        if not self.transport.send(encode_request(self._seq, self.client_id, body), int(timeout_s * 1000)):
+            self._reset()
+            raise DraftUnavailable(f"draft server at {self.transport.endpoint} is not reachable")
+        return self._seq
+
+    def _reset(self) -> None:
+        self.transport.reset()
+        self._posted.clear()  # their replies can no longer arrive
+        self._early.clear()
+        self._closed_while_posted.clear()
+
+    def _await(self, seq: int, timeout_s: float) -> tuple[object, FrameReader]:
+        if seq in self._early:
+            env, reader = self._early.pop(seq)
+        else:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))
+                frames = self.transport.recv(remaining_ms)
+                if frames is None:
+                    self._reset()
+                    raise DraftUnavailable(
+                        f"no reply from the draft server at {self.transport.endpoint} in {timeout_s:.3g} s"
+                    )
+                try:
+                    env, reader = decode_reply(frames, self.limits)
+                except WireError as e:
+                    self._reset()
+                    raise DraftServerError(e.code, f"undecodable reply: {e}") from None
+                if env.seq == seq:
+                    break
+                if env.seq in self._posted:  # a posted call's reply, overtaken by this call: keep it
+                    self._early[env.seq] = (env, reader)
+                else:
+                    self.stale_replies += 1
+        if isinstance(env.body, ErrorReply):
+            raise DraftServerError(env.body.code, env.body.message)
+        return env.body, reader
+
     def _call(self, body, timeout_s: float | None = None) -> tuple[object, FrameReader]:
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
-        self._seq += 1
-        seq = self._seq
-        deadline = time.monotonic() + timeout_s
-        if not self.transport.send(encode_request(seq, self.client_id, body), int(timeout_s * 1000)):
-            self.transport.reset()
-            raise DraftUnavailable(f"draft server at {self.transport.endpoint} is not reachable")
-        while True:
-            remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))
-            frames = self.transport.recv(remaining_ms)
-            if frames is None:
-                self.transport.reset()
-                raise DraftUnavailable(
-                    f"no reply from the draft server at {self.transport.endpoint} in {timeout_s:.3g} s"
-                )
-            try:
-                env, reader = decode_reply(frames, self.limits)
-            except WireError as e:
-                self.transport.reset()
-                raise DraftServerError(e.code, f"undecodable reply: {e}") from None
-            if env.seq != seq:
-                self.stale_replies += 1
-                continue
-            if isinstance(env.body, ErrorReply):
-                raise DraftServerError(env.body.code, env.body.message)
-            return env.body, reader
+        return self._await(self._send(body, timeout_s), timeout_s)
 
     def _speculations(self, body, rids: Sequence[str]) -> list[Speculation]:
-        reply, reader = self._call(body)
+        return self._read_specs(*self._call(body), rids)
+
+    def _read_specs(self, reply, reader: FrameReader, rids: Sequence[str]) -> list[Speculation]:
         if not isinstance(reply, Speculations) or [m.rid for m in reply.specs] != list(rids):
             raise DraftServerError("bad_message", "reply does not match the requests sent")
         try:
@@ -128,11 +150,31 @@ class DraftClient:
 
     def round(self, outcomes: list[Outcome]) -> list[Speculation]:
         """Send round T's outcomes; returns round T+1's speculations in the order of ``outcomes``."""
-        msgs = [
+        return self._speculations(Round(outcomes=self._outcome_msgs(outcomes)), [o.rid for o in outcomes])
+
+    def _outcome_msgs(self, outcomes: list[Outcome]) -> list[OutcomeMsg]:
+        return [
             OutcomeMsg(rid=o.rid, accepted=int(o.accepted), bonus=int(o.bonus), spec_id=self._spec_ids.get(o.rid))
             for o in outcomes
         ]
-        return self._speculations(Round(outcomes=msgs), [o.rid for o in outcomes])
+
+    def post_round(self, outcomes: list[Outcome]) -> int:
+        """Send round T's outcomes without waiting; :meth:`collect_round` with the returned ticket
+        gets the speculations later. Other calls may run in between (their replies are told apart)."""
+        seq = self._send(Round(outcomes=self._outcome_msgs(outcomes)), self.timeout_s)
+        self._posted[seq] = [o.rid for o in outcomes]
+        return seq
+
+    def collect_round(self, ticket: int) -> list[Speculation]:
+        """The speculations answering the round posted as ``ticket`` (waits up to ``timeout_s``)."""
+        rids = self._posted.pop(ticket, None)
+        if rids is None:
+            raise DraftUnavailable("the posted round was lost (the connection was reset)")
+        specs = self._read_specs(*self._await(ticket, self.timeout_s), rids)
+        for rid in self._closed_while_posted.intersection(rids):
+            self._spec_ids.pop(rid, None)  # closed meanwhile: forget it again
+        self._closed_while_posted.difference_update(rids)
+        return specs
 
     def draft(self, rids: list[str]) -> list[Speculation]:
         """Synchronous SD drafting: K tokens now from each request's committed context."""
@@ -140,6 +182,8 @@ class DraftClient:
 
     def close(self, rid: str, *, abort: bool = False) -> None:
         self._spec_ids.pop(rid, None)
+        if any(rid in rids for rids in self._posted.values()):
+            self._closed_while_posted.add(rid)
         self._call(Close(rids=[rid], abort=abort))
 
     def close_all(self) -> int:

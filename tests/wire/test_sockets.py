@@ -289,3 +289,43 @@ def test_one_draft_server_serves_several_replicas(shared_server):
         assert "unknown request id" in a.round([Outcome("dp0-r", 0, 1)])[0].error
         assert b.round([Outcome("dp1-r", 0, 1)])[0].ok
         b.close("dp1-r")
+
+
+def test_posted_round_equals_blocking_round_with_calls_in_between(shared_server):
+    """The worker posts a round after its step and collects it at the next: the speculations must be
+    exactly those of a blocking round, even when other calls (a ping, another request's open, a close)
+    are answered while the round's reply waits."""
+
+    def run(client: DraftClient, prefix: str, posted: bool) -> list[list[int]]:
+        rid = f"{prefix}-r"
+        drafts = [client.open(rid, [2, 7, 1, 8], 2, DraftParams(temperature=0.9, seed=5)).tokens.tolist()]
+        for i in range(5):
+            outcome = Outcome(rid, i % 3, 11 + i)
+            if posted:
+                ticket = client.post_round([outcome])
+                assert client.ping()
+                other = client.open(f"{prefix}-other{i}", [4, 4, 4], 1, DraftParams())
+                assert other.ok
+                client.close(f"{prefix}-other{i}")
+                spec = client.collect_round(ticket)[0]
+            else:
+                spec = client.round([outcome])[0]
+            assert spec.ok, spec.error
+            drafts.append(spec.tokens.tolist())
+        client.close(rid)
+        return drafts
+
+    with DraftClient(shared_server.endpoint, timeout_s=10) as c:
+        assert run(c, "posted", True) == run(c, "blocking", False)
+        # A request closed while its round is in flight is forgotten once the reply is collected.
+        c.open("gone", [1, 2, 3], 4, DraftParams())
+        ticket = c.post_round([Outcome("gone", 0, 5)])
+        c.close("gone")
+        assert c.collect_round(ticket)[0].ok
+        assert "gone" not in c._spec_ids
+        # A reset connection loses the posted round: collecting says so instead of hanging.
+        c.open("lost", [1, 2, 3], 4, DraftParams())
+        ticket = c.post_round([Outcome("lost", 0, 5)])
+        c._reset()
+        with pytest.raises(DraftUnavailable, match="lost"):
+            c.collect_round(ticket)

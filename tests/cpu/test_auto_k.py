@@ -1,0 +1,97 @@
+"""`--ssd-k auto` (sglang_ssd/sglang/auto_k.py) against simulated step costs: it must find plain
+decoding where speculation does not pay (a CPU-like cost curve, a weak draft) and long drafts where it
+does (a flat, GPU-like curve, a strong draft), per batch size."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from sglang_ssd.algo.policy import expected_tokens
+from sglang_ssd.sglang.auto_k import AutoK, WARMUP_TRIES
+
+CPU_STEP_MS = {1: 70.0, 2: 95.0, 3: 110.0, 4: 100.0, 5: 116.0}  # whole worker steps, 2-core CPU shape
+FLAT_STEP_MS = {w: 20.0 + 0.5 * w for w in range(1, 6)}
+
+
+def simulate(auto: AutoK, step_ms: dict, alpha: float, batch_of, rounds: int, seed: int = 0):
+    """Run ``rounds`` rounds; returns (tokens emitted, ms spent) per batch size."""
+    rng = random.Random(seed)
+    totals: dict[int, list[float]] = {}
+    for i in range(rounds):
+        bs = batch_of(i)
+        k = auto.choose(bs)
+        accepted = []
+        for _ in range(bs):
+            a = 0
+            while a < k and rng.random() < alpha:
+                a += 1
+            accepted.append(a)
+        ms = step_ms[k + 1] * (1 + 0.05 * rng.uniform(-1, 1)) * (bs ** 0.5)
+        auto.observe(bs, k + 1, ms, 15.0, accepted, [k] * bs)
+        t = totals.setdefault(bs, [0.0, 0.0])
+        t[0] += sum(accepted) + bs
+        t[1] += ms + 15.0
+    return {bs: tok / ms for bs, (tok, ms) in totals.items()}
+
+
+def best_rate(step_ms: dict, alpha: float, bs: int) -> tuple[int, float]:
+    rates = {k: bs * expected_tokens(alpha, k) / (step_ms[k + 1] * bs ** 0.5 + 15.0) for k in range(5)}
+    k = max(rates, key=rates.get)
+    return k, rates[k]
+
+
+@pytest.mark.parametrize(("step_ms", "alpha", "expect_k"), [(CPU_STEP_MS, 0.2, 0), (FLAT_STEP_MS, 0.8, 4)])
+def test_converges_to_the_fastest_k(step_ms, alpha, expect_k):
+    auto = AutoK(4)
+    rate = simulate(auto, step_ms, alpha, lambda i: 1, rounds=600)[1]
+    best_k, best = best_rate(step_ms, alpha, 1)
+    assert best_k == expect_k
+    # Warm-up and exploration cost a little; the realized rate stays within 5 % of the best fixed K.
+    assert rate >= 0.95 * best, (rate, best, auto.chosen)
+    assert auto.chosen[expect_k] > 0.8 * sum(auto.chosen)
+    assert auto.alpha == pytest.approx(alpha, abs=0.08)
+
+
+def test_never_below_plain_decoding_on_a_cpu_curve():
+    """The 'never slower than AR' promise, on the cost curve measured on this machine."""
+    auto = AutoK(4)
+    rate = simulate(auto, CPU_STEP_MS, 0.15, lambda i: 1, rounds=400)[1]
+    ar = 1.0 / (CPU_STEP_MS[1] + 15.0)
+    assert rate >= 0.97 * ar, (rate, ar, auto.chosen)
+
+
+def test_every_width_is_measured_first_in_each_batch_bucket():
+    auto = AutoK(3)
+    first = []
+    for _ in range(4 * WARMUP_TRIES):
+        first.append(auto.choose(1))
+        auto.observe(1, first[-1] + 1, 10.0, None, [0], [first[-1]])
+    assert sorted(set(first)) == [0, 1, 2, 3]
+    assert auto.choose(8) == 0  # a new batch-size bucket starts its own measurements
+
+
+def test_batch_size_changes_the_choice():
+    """Verification that is cheap alone but grows with the batch: long drafts at batch 1, none at 16."""
+    def step(bs):
+        return {w: 20.0 + (2.0 if bs == 1 else 60.0) * (w - 1) for w in range(1, 6)}
+
+    auto = AutoK(4)
+    rng = random.Random(1)
+    for i in range(1200):
+        bs = 1 if (i // 50) % 2 == 0 else 16
+        k = auto.choose(bs)
+        acc = [min(k, int(rng.random() < 0.7) + int(rng.random() < 0.5)) for _ in range(bs)]
+        auto.observe(bs, k + 1, step(bs)[k + 1], 5.0, acc, [k] * bs)
+    assert auto.predicted_rate(1, 4) > auto.predicted_rate(1, 0)
+    assert auto.predicted_rate(16, 0) > auto.predicted_rate(16, 4)
+    picks1 = [auto.choose(1) for _ in range(10)]
+    picks16 = [auto.choose(16) for _ in range(10)]
+    assert max(set(picks1), key=picks1.count) >= 3
+    assert max(set(picks16), key=picks16.count) == 0
+
+
+def test_bad_k_max_is_refused():
+    with pytest.raises(ValueError, match="auto-K"):
+        AutoK(0)
