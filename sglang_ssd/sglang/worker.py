@@ -124,49 +124,24 @@ class SSDWorker(BaseSpecWorker):
         specs, hits = None, None
         if self.link is not None:
             specs = self._speculations(batch)
-            t_collected = time.perf_counter()
             k_round = self.auto_k.choose(bs) if self.auto_k else self.k
             vocab = self.model_runner.model_config.vocab_size
             proposal = stack_proposals(specs, k_round, vocab)  # a shorter chain than drafted stays exact
+            if k_round and int(proposal.num_draft.max()) == 0:  # nothing to verify (draft server down)
+                proposal = stack_proposals(specs, 0, vocab)
             hits = [int(s.hit) if s is not None and len(s.tokens) else -1 for s in specs]
+            t_collected = time.perf_counter()  # SSD's own pre-work: collect, opens, stacking
         if self.tp is not None:  # the source's proposal (and its K) on every rank
             proposal, hits = self.tp.proposal(proposal if specs is not None else None, hits)
         d = proposal.tokens.shape[1] + 1
 
         last = torch.tensor([req.output_ids[-1] for req in batch.reqs], dtype=torch.int64)
         chain = torch.cat([last[:, None], proposal.tokens], dim=1).to(self.device)  # [bs, d]
-        mask = torch.ones(d, d, dtype=torch.bool, device=self.device).tril().repeat(bs, 1, 1).flatten()
-        positions = torch.empty(bs * d, dtype=torch.int64, device=self.device)
-        retrieve_index = torch.empty(bs, d, dtype=torch.int64, device=self.device)
-        retrieve_next_token = torch.empty_like(retrieve_index)
-        retrieve_next_sibling = torch.empty_like(retrieve_index)
-        reconstruct_indices_from_tree_mask_func(
-            mask, batch.seq_lens, positions, retrieve_index, retrieve_next_token, retrieve_next_sibling, bs, d
-        )
-        batch.forward_mode = ForwardMode.TARGET_VERIFY
-        batch.input_ids = chain.flatten()
-        batch.out_cache_loc = assign_extend_cache_locs_func(
-            req_pool_indices=batch.req_pool_indices,
-            req_to_token=batch.req_to_token_pool.req_to_token,
-            start_offset=batch.seq_lens,
-            end_offset=batch.seq_lens + d,
-            batch_size=bs,
-            draft_token_num=d,
-            device=self.device,
-        )
-        batch.spec_info = NgramVerifyInput(
-            draft_token=batch.input_ids,
-            custom_mask=mask,
-            positions=positions,
-            retrieve_index=retrieve_index,
-            retrieve_next_token=retrieve_next_token,
-            retrieve_next_sibling=retrieve_next_sibling,
-            draft_token_num=d,
-        )
         t_verify = time.perf_counter()
-        result = self.target_worker.forward_batch_generation(
-            batch, pp_proxy_tensors=pp_proxy_tensors, is_verify=True
-        )
+        if d == 1 and not batch.return_logprob:
+            result = self._decode_forward(batch, chain, pp_proxy_tensors)
+        else:
+            result = self._verify_forward(batch, chain, d, pp_proxy_tensors)
         t_verified = time.perf_counter()
         logits_output = result.logits_output
         logits, allowed = processed_logits(batch, logits_output.next_token_logits, chain, d)
@@ -240,6 +215,63 @@ class SSDWorker(BaseSpecWorker):
             metrics.export_prometheus()
         return self._result(logits_output, accept_tokens, accept_tokens, accept_lens, new_seq_lens,
                             result.can_run_cuda_graph)
+
+    def _verify_forward(self, batch, chain, d, pp_proxy_tensors):
+        """One TARGET_VERIFY forward over every request's chain [last, s_1..s_K] (NGRAM's shape)."""
+        bs = chain.shape[0]
+        mask = torch.ones(d, d, dtype=torch.bool, device=self.device).tril().repeat(bs, 1, 1).flatten()
+        positions = torch.empty(bs * d, dtype=torch.int64, device=self.device)
+        retrieve_index = torch.empty(bs, d, dtype=torch.int64, device=self.device)
+        retrieve_next_token = torch.empty_like(retrieve_index)
+        retrieve_next_sibling = torch.empty_like(retrieve_index)
+        reconstruct_indices_from_tree_mask_func(
+            mask, batch.seq_lens, positions, retrieve_index, retrieve_next_token, retrieve_next_sibling, bs, d
+        )
+        batch.forward_mode = ForwardMode.TARGET_VERIFY
+        batch.input_ids = chain.flatten()
+        batch.out_cache_loc = self._cache_locs(batch, d)
+        batch.spec_info = NgramVerifyInput(
+            draft_token=batch.input_ids,
+            custom_mask=mask,
+            positions=positions,
+            retrieve_index=retrieve_index,
+            retrieve_next_token=retrieve_next_token,
+            retrieve_next_sibling=retrieve_next_sibling,
+            draft_token_num=d,
+        )
+        return self.target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors, is_verify=True)
+
+    def _decode_forward(self, batch, chain, pp_proxy_tensors):
+        """K = 0 (auto-K chose plain decoding): an ordinary DECODE forward of the last token, so such
+        a round costs what an AR step costs. Sampling stays ours (exact bonus from the processed p)."""
+        bs = chain.shape[0]
+        saved = (batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum, batch.spec_info)
+        batch.out_cache_loc = self._cache_locs(batch, 1)
+        batch.forward_mode = ForwardMode.DECODE
+        batch.input_ids = chain[:, 0].contiguous()
+        # A DECODE batch counts the token being decoded in its lengths (SGLang's prepare_for_decode).
+        batch.seq_lens = batch.seq_lens + 1
+        if batch.seq_lens_cpu is not None:
+            batch.seq_lens_cpu = batch.seq_lens_cpu + 1
+        if batch.seq_lens_sum is not None:
+            batch.seq_lens_sum = batch.seq_lens_sum + bs
+        batch.spec_info = None
+        try:
+            return self.target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors,
+                                                               is_verify=True)
+        finally:
+            batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum, batch.spec_info = saved
+
+    def _cache_locs(self, batch, d):
+        return assign_extend_cache_locs_func(
+            req_pool_indices=batch.req_pool_indices,
+            req_to_token=batch.req_to_token_pool.req_to_token,
+            start_offset=batch.seq_lens,
+            end_offset=batch.seq_lens + d,
+            batch_size=len(batch.reqs),
+            draft_token_num=d,
+            device=self.device,
+        )
 
     def _result(self, logits_output, next_token_ids, accept_tokens, accept_lens, new_seq_lens, graph):
         next_draft_input = NgramVerifyInput(

@@ -78,7 +78,10 @@ def test_auto_k_matches_reference(ssd_auto_server, equality_prompts, hf_greedy):
     for ids, ref in list(zip(equality_prompts, hf_greedy))[:8]:
         got, _ = greedy_tokens(ssd_auto_server, ids)
         assert got == ref
-    assert ssd_auto_server.get("/server_info")["internal_states"][0]["ssd_rounds"] > 0
+    state = ssd_auto_server.get("/server_info")["internal_states"][0]
+    assert state["ssd_rounds"] > 0
+    chosen = state["ssd_auto_k_chosen"]  # rounds per K: both plain-decode (DECODE forward) and drafted ran
+    assert chosen[0] > 0 and sum(chosen[1:]) > 0, chosen
 
 
 def test_requests_joining_mid_flight_and_prefix_hits_match_ar(ssd_server, ar_server, equality_prompts):
