@@ -27,8 +27,8 @@ sys.path.insert(0, str(ROOT))
 from sglang_ssd.prompts import export_bench_dataset  # noqa: E402
 from sglang_ssd.sglang.server_process import CPU_SERVER_ARGS, SGLangServer  # noqa: E402
 
-COUNTERS = ("ssd_hits", "ssd_lookups", "ssd_fast_backups", "ssd_drafted", "ssd_accepted", "ssd_rejected", "ssd_emitted",
-            "ssd_rounds", "ssd_verify_s", "ssd_link_s")
+COUNTERS = ("ssd_hits", "ssd_lookups", "ssd_fast_backups", "ssd_drafted", "ssd_accepted", "ssd_rejected",
+            "ssd_emitted", "ssd_rounds", "ssd_verify_s", "ssd_link_s", "ssd_open_s", "ssd_math_s", "ssd_total_s")
 
 
 def configs(draft: str, k: str, budget: str, ablations: bool, k_variants: list[str],
@@ -125,6 +125,8 @@ def summarize(name: str, bench: dict, before: dict, after: dict, extra: dict) ->
         rec.update(per_k_counts(before.get("ssd_draft_server", {}), after.get("ssd_draft_server", {})))
         rec["verify_ms"] = 1000 * d["ssd_verify_s"] / d["ssd_rounds"]
         rec["link_ms"] = 1000 * d["ssd_link_s"] / d["ssd_rounds"]
+        for part in ("open", "math", "total"):  # the rest of the worker's step, per round
+            rec[f"{part}_ms"] = 1000 * d[f"ssd_{part}_s"] / d["ssd_rounds"]
     return rec
 
 

@@ -19,11 +19,13 @@ class SSDStats:
     rejected: int = 0  # request-rounds that stopped at a rejection (k < drafted)
     emitted: int = 0
     verify_s: float = 0.0
-    link_s: float = 0.0
+    link_s: float = 0.0  # SSD's own per-round work: collect wait, stacking, posting
+    open_s: float = 0.0  # opening requests on the draft server (once per request)
+    math_s: float = 0.0  # exact verification, KV bookkeeping, logprobs after the forward
     total_s: float = 0.0
 
     def record_round(self, *, num_draft: list[int], accepted: list[int], verify_s: float, link_s: float,
-                     total_s: float) -> None:
+                     total_s: float, open_s: float = 0.0, math_s: float = 0.0) -> None:
         self.rounds += 1
         self.drafted += sum(num_draft)
         self.accepted += sum(accepted)
@@ -31,6 +33,8 @@ class SSDStats:
         self.emitted += sum(accepted) + len(accepted)
         self.verify_s += verify_s
         self.link_s += link_s
+        self.open_s += open_s
+        self.math_s += math_s
         self.total_s += total_s
 
     def summary(self) -> dict:
@@ -41,6 +45,8 @@ class SSDStats:
             "ssd_accepted_fraction": self.accepted / self.drafted if self.drafted else 0.0,
             "ssd_verify_ms": 1000 * self.verify_s / r,
             "ssd_link_ms": 1000 * self.link_s / r,
+            "ssd_open_ms": 1000 * self.open_s / r,
+            "ssd_math_ms": 1000 * self.math_s / r,
             "ssd_step_ms": 1000 * self.total_s / r,
         }
 
@@ -53,7 +59,8 @@ def snapshot(*, draft_servers: bool = False) -> dict:
         out.update(w.stats.summary())
         out.update(ssd_drafted=w.stats.drafted, ssd_accepted=w.stats.accepted,
                    ssd_rejected=w.stats.rejected, ssd_emitted=w.stats.emitted,
-                   ssd_verify_s=w.stats.verify_s, ssd_link_s=w.stats.link_s)
+                   ssd_verify_s=w.stats.verify_s, ssd_link_s=w.stats.link_s,
+                   ssd_open_s=w.stats.open_s, ssd_math_s=w.stats.math_s, ssd_total_s=w.stats.total_s)
         out["ssd_k"] = w.k
         out["ssd_budget"] = w.config.budget
         out["ssd_mode"] = w.config.mode

@@ -62,6 +62,7 @@ class SSDWorker(BaseSpecWorker):
         self.pending: dict[str, Speculation] = {}
         self.auto_k = AutoK(self.k) if self.config.k == "auto" else None
         self._last_step_end = 0.0
+        self._open_s = 0.0
         self.stats = metrics.SSDStats()
         self.enable_metrics = bool(getattr(server_args, "enable_metrics", False))
         metrics.register_worker(self)
@@ -114,7 +115,9 @@ class SSDWorker(BaseSpecWorker):
             spec = self.pending.pop(req.rid, None) if self.link.is_open(req.rid) else None
             if spec is None:
                 committed = list(req.origin_input_ids) + list(req.output_ids)
+                t = time.perf_counter()
                 spec = self.link.open(req.rid, committed[:-1], committed[-1], draft_params(req))
+                self._open_s += time.perf_counter() - t
             specs.append(spec)
         return specs
 
@@ -122,6 +125,8 @@ class SSDWorker(BaseSpecWorker):
         t0 = time.perf_counter()
         bs = len(batch.reqs)
         specs, hits = None, None
+        self._open_s = 0.0  # opening new requests on the draft server: once per request, not per round
+        t_collected = t0
         if self.link is not None:
             specs = self._speculations(batch)
             k_round = self.auto_k.choose(bs) if self.auto_k else self.k
@@ -201,15 +206,16 @@ class SSDWorker(BaseSpecWorker):
             self.link.post(outcomes)
             if self.config.mode == "sync":
                 self.pending.update(self.link.collect())
-            link_s = (t_collected - t0) + (time.perf_counter() - t_link)
+            link_s = (t_collected - t0 - self._open_s) + (time.perf_counter() - t_link)
         t1 = time.perf_counter()
         self.stats.record_round(
             num_draft=proposal.num_draft.tolist(), accepted=k_list, verify_s=t_verified - t_verify,
-            link_s=link_s, total_s=t1 - t0,
+            link_s=link_s, total_s=t1 - t0, open_s=self._open_s, math_s=t_link - t_verified,
         )
         if self.auto_k:
             gap_ms = 1000 * (t0 - self._last_step_end) if self._last_step_end else None
-            self.auto_k.observe(bs, d, 1000 * (t1 - t0), gap_ms, k_list, proposal.num_draft.tolist())
+            self.auto_k.observe(bs, d, 1000 * (t1 - t0 - self._open_s), gap_ms, k_list,
+                                proposal.num_draft.tolist())
         self._last_step_end = t1
         if self.enable_metrics and self.stats.rounds % 16 == 0:
             metrics.export_prometheus()

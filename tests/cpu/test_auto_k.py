@@ -9,7 +9,7 @@ import random
 import pytest
 
 from sglang_ssd.algo.policy import expected_tokens
-from sglang_ssd.sglang.auto_k import AutoK, WARMUP_TRIES
+from sglang_ssd.sglang.auto_k import WARMUP_TRIES, AutoK
 
 CPU_STEP_MS = {1: 70.0, 2: 95.0, 3: 110.0, 4: 100.0, 5: 116.0}  # whole worker steps, 2-core CPU shape
 FLAT_STEP_MS = {w: 20.0 + 0.5 * w for w in range(1, 6)}
