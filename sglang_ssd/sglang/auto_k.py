@@ -12,9 +12,14 @@ decoding: one token verified, nothing drafted used. Measuring whole steps, not b
 makes the comparison with K = 0 honest on a CPU, where a forward over n tokens costs much more than
 over one and the per-step overheads are large.
 
-Every width is tried twice per batch-size bucket before the model is trusted, and a random width
-every `EXPLORE_EVERY` rounds afterwards, so a changing workload (larger batches, where verification
-grows costlier; text the draft predicts better) moves the choice.
+S(n) is the running mean of the steps measured at n once there are `OWN_AFTER` of them, and until
+then a straight line a + b·(n − 1) per batch-size bucket, fitted (least squares, recent rounds
+weighted more) over every width measured: single step times are noisy on a shared CPU, and a line
+needs only the two ends to start — plain decoding and the full draft are tried once each in a new
+bucket. (A CPU's cost curve is not straight: the jump from one token to two is the largest, hence
+the widths' own means once known.) A random width every `EXPLORE_EVERY` rounds afterwards keeps the fit honest, so a
+changing workload (larger batches, where verification grows costlier; text the draft predicts
+better) moves the choice.
 """
 
 from __future__ import annotations
@@ -24,8 +29,9 @@ import random
 from sglang_ssd.algo.policy import expected_tokens
 
 EXPLORE_EVERY = 16
-WARMUP_TRIES = 2
 EMA = 0.2
+DECAY = 0.97  # per observation: the fit follows a changing machine load
+OWN_AFTER = 3
 MAX_GAP_S = 1.0  # a longer pause between steps is idleness, not scheduler work
 
 
@@ -34,8 +40,10 @@ class AutoK:
         if k_max < 1:
             raise ValueError(f"auto-K needs a drafted length ≥ 1, got {k_max}")
         self.k_max = k_max
-        self.step_ms: dict[tuple[int, int], float] = {}  # (batch bucket, width) -> EMA ms
-        self.tries: dict[tuple[int, int], int] = {}
+        # Per bucket: decayed sums for the weighted least-squares line through (n − 1, step ms).
+        self.fits: dict[int, list[float]] = {}  # bucket -> [Σw, Σwx, Σwy, Σwxx, Σwxy]
+        self.seen: dict[int, set[int]] = {}  # bucket -> widths measured
+        self.means: dict[tuple[int, int], list[float]] = {}  # (bucket, width) -> [EMA ms, count]
         self.gap_ms = 0.0
         self.accepted = 1.0  # prior: α = 0.5 over two pseudo-trials
         self.judged = 2.0
@@ -51,17 +59,32 @@ class AutoK:
     def alpha(self) -> float:
         return min(max(self.accepted / self.judged, 0.0), 0.999)
 
+    def step_ms(self, batch: int, width: int) -> float | None:
+        """The expected whole-step time at ``width``; None until two widths were measured."""
+        own = self.means.get((self.bucket(batch), width))
+        if own is not None and own[1] >= OWN_AFTER:
+            return own[0]
+        f = self.fits.get(self.bucket(batch))
+        if f is None or len(self.seen.get(self.bucket(batch), ())) < 2:
+            return None
+        sw, sx, sy, sxx, sxy = f
+        var = sw * sxx - sx * sx
+        b = max(0.0, (sw * sxy - sx * sy) / var) if var > 1e-9 else 0.0
+        a = (sy - b * sx) / sw
+        return max(a + b * (width - 1), 1e-3)
+
     def predicted_rate(self, batch: int, k: int) -> float | None:
-        """Tokens per ms per request at ``k`` drafted tokens; None before that width is measured."""
-        t = self.step_ms.get((self.bucket(batch), k + 1))
-        return None if t is None else expected_tokens(self.alpha, k) / max(t + self.gap_ms, 1e-9)
+        """Tokens per ms per request at ``k`` drafted tokens; None before the bucket is measured."""
+        t = self.step_ms(batch, k + 1)
+        return None if t is None else expected_tokens(self.alpha, k) / (t + self.gap_ms)
 
     def choose(self, batch: int) -> int:
         self.rounds += 1
-        b = self.bucket(batch)
-        untried = [k for k in range(self.k_max + 1) if self.tries.get((b, k + 1), 0) < WARMUP_TRIES]
-        if untried:
-            k = untried[0]
+        seen = self.seen.get(self.bucket(batch), set())
+        if 1 not in seen:
+            k = 0
+        elif len(seen) < 2:
+            k = self.k_max
         elif self.rounds % EXPLORE_EVERY == 0:
             k = self.rng.randint(0, self.k_max)
         else:
@@ -73,10 +96,15 @@ class AutoK:
                 drafted: list[int]) -> None:
         """One round: ``step_ms`` the worker's whole step at ``width``; ``gap_ms`` the time since the
         previous step ended (None for the first); the accepted and drafted counts per request."""
-        key = (self.bucket(batch), width)
-        old = self.step_ms.get(key)
-        self.step_ms[key] = step_ms if old is None else (1 - EMA) * old + EMA * step_ms
-        self.tries[key] = self.tries.get(key, 0) + 1
+        b = self.bucket(batch)
+        f = self.fits.setdefault(b, [0.0] * 5)
+        x = float(width - 1)
+        for i, v in enumerate((1.0, x, step_ms, x * x, x * step_ms)):
+            f[i] = DECAY * f[i] + v
+        self.seen.setdefault(b, set()).add(width)
+        m = self.means.setdefault((b, width), [step_ms, 0])
+        m[0] = step_ms if m[1] == 0 else (1 - EMA) * m[0] + EMA * step_ms
+        m[1] += 1
         if gap_ms is not None and gap_ms < 1000 * MAX_GAP_S:
             self.gap_ms = (1 - EMA) * self.gap_ms + EMA * gap_ms
         # Per-token acceptance: accepted tokens over positions judged (accepted + the rejection).
@@ -90,5 +118,9 @@ class AutoK:
             "ssd_auto_k_alpha": self.alpha,
             "ssd_auto_k_gap_ms": self.gap_ms,
             "ssd_auto_k_chosen": list(self.chosen),
-            "ssd_auto_k_step_ms": {f"b{b}w{w}": round(t, 2) for (b, w), t in sorted(self.step_ms.items())},
+            # The fitted line per batch-size bucket (bucket 1 = batch 1, 2 = 2-3, 3 = 4-7, ...).
+            "ssd_auto_k_step_ms": {
+                f"bucket{b}": [round(self.step_ms(1 << (b - 1), w), 2) for w in (1, self.k_max + 1)]
+                for b in sorted(self.fits) if self.step_ms(1 << (b - 1), 1) is not None
+            },
         }

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from sglang_ssd.algo.policy import expected_tokens
-from sglang_ssd.sglang.auto_k import WARMUP_TRIES, AutoK
+from sglang_ssd.sglang.auto_k import AutoK
 
 CPU_STEP_MS = {1: 70.0, 2: 95.0, 3: 110.0, 4: 100.0, 5: 116.0}  # whole worker steps, 2-core CPU shape
 FLAT_STEP_MS = {w: 20.0 + 0.5 * w for w in range(1, 6)}
@@ -62,14 +62,16 @@ def test_never_below_plain_decoding_on_a_cpu_curve():
     assert rate >= 0.97 * ar, (rate, ar, auto.chosen)
 
 
-def test_every_width_is_measured_first_in_each_batch_bucket():
+def test_each_bucket_measures_both_ends_first_and_fits_a_line():
     auto = AutoK(3)
     first = []
-    for _ in range(4 * WARMUP_TRIES):
+    for _ in range(2):
         first.append(auto.choose(1))
-        auto.observe(1, first[-1] + 1, 10.0, None, [0], [first[-1]])
-    assert sorted(set(first)) == [0, 1, 2, 3]
+        auto.observe(1, first[-1] + 1, 10.0 + 5.0 * first[-1], None, [0], [first[-1]])
+    assert first == [0, 3]
+    assert auto.step_ms(1, 3) == pytest.approx(20.0)  # interpolated on the line through both ends
     assert auto.choose(8) == 0  # a new batch-size bucket starts its own measurements
+    assert auto.predicted_rate(8, 2) is None
 
 
 def test_batch_size_changes_the_choice():
