@@ -4,7 +4,10 @@
    timings for a Llama-3.2-1B-shaped random draft, K = 7, F = 3, b ∈ {1, 4, 16}
    (`sglang_ssd.draft.gpu_check`);
 2. chain verification: the FlashInfer `chain_speculative_sampling` route vs the torch route — the
-   algorithm core's GPU tests (statistical agreement with the target law), run by pytest.
+   algorithm core's GPU tests (statistical agreement with the target law), run by pytest;
+3. the Triton chain-verification kernel vs the torch rule on the same coins (accept lengths must be
+   identical, bonus tokens equal but for CDF-boundary rounding), K = 7, V = 128256, and timings for
+   b ∈ {1, 4, 16} (`verify_triton_check` below).
 Nothing is downloaded; where FlashInfer is not importable the report says so and the torch path is
 still timed. Writes `--out` (default `$OUT/gpu_check.json`, else `out/gpu_check.json`).
 """
@@ -57,11 +60,62 @@ def main(argv: list[str] | None = None) -> int:
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     report["verify"] = {"rc": r.returncode, "seconds": round(time.perf_counter() - t0, 1),
                         "tail": (r.stdout + r.stderr)[-3000:]}
+    t0 = time.perf_counter()
+    try:
+        report["verify_triton"] = verify_triton_check()
+    except Exception as e:  # noqa: BLE001 - a report, not a crash
+        report["verify_triton"] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+    report["verify_triton"]["seconds"] = round(time.perf_counter() - t0, 1)
     out.write_text(json.dumps(report, indent=2))
     print(json.dumps({k: v for k, v in report.items() if k not in ("draft_tree", "verify")}, indent=2))
     print(f"draft tree check rc={report['draft_tree']['rc']}, verify check rc={report['verify']['rc']}; "
           f"report: {out}")
-    return 0 if report["draft_tree"]["rc"] == 0 and report["verify"]["rc"] == 0 else 1
+    print(f"triton verify: {report['verify_triton']}")
+    ok = report["draft_tree"]["rc"] == 0 and report["verify"]["rc"] == 0 and report["verify_triton"].get("ok")
+    return 0 if ok else 1
+
+
+def verify_triton_check(k: int = 7, vocab: int = 128256, batches=(1, 4, 16), repeats: int = 20) -> dict:
+    """Triton vs torch chain verification on the same coins, on the GPU (compiled, not interpreted)."""
+    import torch
+
+    from sglang_ssd.algo.verify import _chain_torch, dense_proposal
+    from sglang_ssd.algo.verify_triton import chain_verify_triton
+
+    dev = "cuda"
+    g = torch.Generator(device=dev).manual_seed(0)
+
+    def case(b):
+        p = torch.softmax(torch.randn(b, k + 1, vocab, device=dev, generator=g) * 3, -1)
+        q = torch.softmax(torch.randn(b, k, vocab, device=dev, generator=g) * 3, -1)
+        s = torch.multinomial(q.view(-1, vocab), 1, generator=g).view(b, k)
+        return p, q, s, torch.rand(b, k + 1, device=dev, generator=g)
+
+    p, q, s, u = case(256)
+    n = torch.randint(0, k + 1, (256,), device=dev, generator=g)
+    kt, bt = chain_verify_triton(p, s, q, n, u)
+    ref = _chain_torch(p, s, q, None, n, u)
+    out = {"shape": f"K={k}, V={vocab}, float32", "agreement_batch": 256,
+           "accept_len_equal": bool(torch.equal(kt, ref.accept_len)),
+           "bonus_equal_fraction": float((bt == ref.bonus).float().mean()), "timing": []}  # fmt: skip
+    out["ok"] = out["accept_len_equal"] and out["bonus_equal_fraction"] >= 0.99
+
+    def ms(fn):
+        fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            fn()
+        torch.cuda.synchronize()
+        return 1000 * (time.perf_counter() - t0) / repeats
+
+    for b in batches:
+        p, q, s, u = case(b)
+        qd = dense_proposal(q, s, vocab)
+        out["timing"].append({"batch": b,
+                              "triton_ms": ms(lambda a=(p, s, qd, None, u): chain_verify_triton(*a)),
+                              "torch_ms": ms(lambda a=(p, s, q, None, None, u): _chain_torch(*a))})  # fmt: skip
+    return out
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ from .probs import (
 from .sampling_params import SamplingBatch, process_logits
 
 Proposal = torch.Tensor | SparseProbs | None
-Backend = Literal["auto", "torch", "flashinfer"]
+Backend = Literal["auto", "torch", "flashinfer", "triton"]
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,8 @@ def verify_chain_probs(
     the bonus comes from p at that position) — the multi-level form needs this.
     ``generator``: one generator, one per request (reproducible per request), or None.
     ``uniforms``: float ``[B, K+1]`` in [0, 1) to use instead of drawing (coins, then the bonus draw).
-    ``backend``: "auto" picks FlashInfer on CUDA when it can, else torch.
+    ``backend``: "auto" picks FlashInfer on CUDA when it can, else torch; "triton" runs the rule as
+    one Triton kernel on the caller's (or freshly drawn) uniforms (``verify_triton.py``).
     """
     _check_chain(
         target_probs,
@@ -154,6 +155,20 @@ def verify_chain_probs(
     )
     batch, positions, _vocab = target_probs.shape
     kernel = None
+    if backend == "triton":
+        from .verify_triton import chain_verify_triton
+
+        if uniforms is None:
+            uniforms = draw_uniforms(batch, positions, generator, target_probs.device)
+        if positions == 1:  # nothing drafted: the bonus alone
+            result = _chain_torch(target_probs, draft_tokens, draft_probs, deterministic, num_draft, uniforms)
+        else:
+            qd = dense_proposal(draft_probs, draft_tokens, _vocab, deterministic)
+            k, bonus = chain_verify_triton(target_probs, draft_tokens, qd, num_draft, uniforms)
+            result = _emitted(draft_tokens, k, bonus)
+        if greedy is not None and bool(greedy.any()):
+            result = _merge(greedy, _chain_greedy(target_probs, draft_tokens, num_draft), result)
+        return result
     if backend != "torch":
         usable = (
             (target_probs.is_cuda or backend == "flashinfer")

@@ -2,7 +2,8 @@
 
 Each span attends over its own extent slots ``[0, kv_len)`` (a strided view of the pool, no copy) with
 its own boolean mask, through ``scaled_dot_product_attention`` (grouped-query heads handled natively).
-The FlashInfer path (``attention_flashinfer.py``) computes the same thing with one paged kernel call.
+The FlashInfer path (``attention_flashinfer.py``) computes the same thing with one paged kernel call,
+the Triton path (``attention_triton.py``) with one Triton kernel.
 """
 
 from __future__ import annotations
@@ -66,11 +67,16 @@ class TorchAttention:
 
 
 def make_attention(kind: str, cfg: ModelConfig, pool: KVPool, device: torch.device):
-    """"torch", "flashinfer", or "auto" (FlashInfer on CUDA when it imports, torch otherwise)."""
-    if kind not in ("auto", "torch", "flashinfer"):
-        raise ValueError(f"attention must be auto, torch or flashinfer, got {kind!r}")
+    """"torch", "flashinfer", "triton", or "auto" (on CUDA FlashInfer when it imports, else Triton,
+    else torch; torch elsewhere)."""
+    if kind not in ("auto", "torch", "flashinfer", "triton"):
+        raise ValueError(f"attention must be auto, torch, flashinfer or triton, got {kind!r}")
     if kind == "torch" or (kind == "auto" and device.type != "cuda"):
         return TorchAttention(cfg, pool, device)
+    if kind == "triton":  # also on a CPU under TRITON_INTERPRET=1 (how the tests check it)
+        from .attention_triton import TritonAttention
+
+        return TritonAttention(cfg, pool, device)
     if device.type != "cuda":
         raise ValueError("attention='flashinfer' needs a cuda device")
     try:
@@ -78,5 +84,9 @@ def make_attention(kind: str, cfg: ModelConfig, pool: KVPool, device: torch.devi
     except ImportError:
         if kind == "flashinfer":
             raise
-        return TorchAttention(cfg, pool, device)
+        try:
+            from .attention_triton import TritonAttention
+        except ImportError:
+            return TorchAttention(cfg, pool, device)
+        return TritonAttention(cfg, pool, device)
     return FlashInferAttention(cfg, pool, device)

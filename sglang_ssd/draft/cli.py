@@ -30,7 +30,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--bind", default="ipc:///tmp/sglang-ssd-draft.sock", help="ipc://PATH or tcp://HOST:PORT")
     p.add_argument("--device", default="cpu", help="cpu or cuda:N")
     p.add_argument("--dtype", default="auto", choices=["auto", *_DTYPES])
-    p.add_argument("--attention", default="auto", choices=["auto", "torch", "flashinfer"])
+    p.add_argument("--attention", default="auto", choices=["auto", "torch", "flashinfer", "triton"])
     p.add_argument("--k", type=int, default=7, help="draft tokens per round (K)")
     p.add_argument("--fanout", default="geometric", choices=["geometric", "uniform"])
     p.add_argument("--fanout-list", default=None, help="fixed fan-out F_0..F_K, comma separated")

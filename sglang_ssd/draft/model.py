@@ -57,7 +57,7 @@ class DraftModel:
     """Weights + RoPE + KV pool + attention backend for one model folder.
 
     ``device``: "cpu" or "cuda:N". ``dtype``: defaults to float32 on CPU, bfloat16 on CUDA.
-    ``kv_slots``: pool size in tokens (all layers); 0 ⇒ as many as ``kv_mem_mb`` MiB hold. ``attention``: "torch", "flashinfer" or "auto"
+    ``kv_slots``: pool size in tokens (all layers); 0 ⇒ as many as ``kv_mem_mb`` MiB hold. ``attention``: "torch", "flashinfer", "triton" or "auto"
     (FlashInfer on CUDA when importable, torch otherwise).
     """
 

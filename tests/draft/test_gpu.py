@@ -36,6 +36,17 @@ def test_agreement_harness_on_cpu():
     assert report["forwards"] > 8 and report["max_rel_logit_diff"] == 0.0 and report["ok"]
 
 
+def test_timing_harness_on_cpu():
+    """The timing rows `make gpu-check` reports (tree step vs the same tokens without a tree mask)."""
+    from sglang_ssd.draft.gpu_check import timing
+
+    tiny = {**SMALL, "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}  # fmt: skip
+    rows = timing("cpu", batches=(1, 2), context=32, repeats=2, cfg_dict=tiny, backends=[], dtype=torch.float32)
+    assert [(r["attention"], r["batch"], r["tokens"]) for r in rows] == [("torch", 1, 24), ("torch", 2, 48)]
+    assert all(r["tree_step_ms"] > 0 and r["plain_same_tokens_ms"] > 0 and r["glue_ms"] > 0 for r in rows)
+
+
 @pytest.mark.skipif(not HAS_FLASHINFER, reason="needs a CUDA device with flashinfer installed")
 def test_flashinfer_tree_attention_matches_torch():
     from sglang_ssd.draft.gpu_check import agreement
