@@ -17,8 +17,9 @@ then a straight line a + b·(n − 1) per batch-size bucket, fitted (least squar
 weighted more) over every width measured: single step times are noisy on a shared CPU, and a line
 needs only the two ends to start — plain decoding and the full draft are tried once each in a new
 bucket. (A CPU's cost curve is not straight: the jump from one token to two is the largest, hence
-the widths' own means once known.) A random width every `EXPLORE_EVERY` rounds afterwards keeps the fit honest, so a
-changing workload (larger batches, where verification grows costlier; text the draft predicts
+the widths' own means once known.) A random width every `EXPLORE_EVERY` rounds afterwards (every
+`EXPLORE_PARKED` while plain decoding wins: the worker then parks its requests on the draft server,
+and trying a draft again costs re-opening them) keeps the fit honest, so a changing workload (larger batches, where verification grows costlier; text the draft predicts
 better) moves the choice.
 """
 
@@ -29,6 +30,7 @@ import random
 from sglang_ssd.algo.policy import expected_tokens
 
 EXPLORE_EVERY = 16
+EXPLORE_PARKED = 128  # while plain decoding wins: trying a draft means re-opening every request
 EMA = 0.2
 DECAY = 0.97  # per observation: the fit follows a changing machine load
 OWN_AFTER = 3
@@ -48,6 +50,7 @@ class AutoK:
         self.accepted = 1.0  # prior: α = 0.5 over two pseudo-trials
         self.judged = 2.0
         self.rounds = 0
+        self.best: dict[int, int] = {}  # bucket -> the last K the model chose (not an exploration)
         self.chosen = [0] * (k_max + 1)
         self.rng = random.Random(seed)
 
@@ -80,15 +83,17 @@ class AutoK:
 
     def choose(self, batch: int) -> int:
         self.rounds += 1
-        seen = self.seen.get(self.bucket(batch), set())
+        b = self.bucket(batch)
+        seen = self.seen.get(b, set())
         if 1 not in seen:
             k = 0
         elif len(seen) < 2:
             k = self.k_max
-        elif self.rounds % EXPLORE_EVERY == 0:
-            k = self.rng.randint(0, self.k_max)
+        elif self.rounds % (EXPLORE_PARKED if self.best.get(b) == 0 else EXPLORE_EVERY) == 0:
+            k = self.rng.randint(1 if self.best.get(b) == 0 else 0, self.k_max)
         else:
             k = max(range(self.k_max + 1), key=lambda k: self.predicted_rate(batch, k))
+            self.best[b] = k
         self.chosen[k] += 1
         return k
 

@@ -167,7 +167,8 @@ class DraftLink:
         self.counters.round_seconds += t1 - t0  # time actually waited for replies
         self.counters.round_trip_seconds += t1 - self._t_post
 
-    def close(self, rid: str) -> None:
+    def close(self, rid: str, *, wait: bool = True) -> None:
+        """Free ``rid`` on its draft server; ``wait=False`` sends the close and returns at once."""
         if rid not in self.opened:
             return
         self.opened.discard(rid)
@@ -175,7 +176,7 @@ class DraftLink:
         if self.down_since[i] is not None:
             return
         try:
-            self.clients[i].close(rid)
+            self.clients[i].close(rid, wait=wait)
         except DraftUnavailable as e:
             self._fault(i, e)
 

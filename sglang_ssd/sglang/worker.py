@@ -30,7 +30,7 @@ from sglang.srt.speculative.ngram_info import NgramVerifyInput
 from sglang.srt.speculative.spec_utils import move_accept_tokens_to_target_kvcache
 
 from sglang_ssd.algo.sampling_params import SamplingBatch
-from sglang_ssd.algo.verify import verify_chain
+from sglang_ssd.algo.verify import ChainVerifyResult, verify_chain
 from sglang_ssd.sglang import metrics
 from sglang_ssd.sglang.auto_k import AutoK
 from sglang_ssd.sglang.config import SSDConfig
@@ -121,6 +121,14 @@ class SSDWorker(BaseSpecWorker):
             specs.append(spec)
         return specs
 
+    def _park(self, batch) -> list[None]:
+        self.pending.update(self.link.collect())
+        for req in batch.reqs:
+            self.pending.pop(req.rid, None)
+            if self.link.is_open(req.rid):
+                self.link.close(req.rid, wait=False)
+        return [None] * len(batch.reqs)
+
     def _forward_round(self, batch, on_publish, pp_proxy_tensors):
         t0 = time.perf_counter()
         bs = len(batch.reqs)
@@ -128,8 +136,11 @@ class SSDWorker(BaseSpecWorker):
         self._open_s = 0.0  # opening new requests on the draft server: once per request, not per round
         t_collected = t0
         if self.link is not None:
-            specs = self._speculations(batch)
             k_round = self.auto_k.choose(bs) if self.auto_k else self.k
+            # Auto-K chose plain decoding: park the batch's requests on the draft server (closed, so
+            # it stops speculating for them and leaves the machine to the target); they are
+            # re-opened with their committed context when a later round drafts again.
+            specs = self._park(batch) if self.auto_k and k_round == 0 else self._speculations(batch)
             vocab = self.model_runner.model_config.vocab_size
             proposal = stack_proposals(specs, k_round, vocab)  # a shorter chain than drafted stays exact
             if k_round and int(proposal.num_draft.max()) == 0:  # nothing to verify (draft server down)
@@ -143,24 +154,29 @@ class SSDWorker(BaseSpecWorker):
         last = torch.tensor([req.output_ids[-1] for req in batch.reqs], dtype=torch.int64)
         chain = torch.cat([last[:, None], proposal.tokens], dim=1).to(self.device)  # [bs, d]
         t_verify = time.perf_counter()
-        if d == 1 and not batch.return_logprob:
+        plain = d == 1 and not batch.return_logprob and not batch.has_grammar
+        if plain:
             result = self._decode_forward(batch, chain, pp_proxy_tensors)
         else:
             result = self._verify_forward(batch, chain, d, pp_proxy_tensors)
         t_verified = time.perf_counter()
         logits_output = result.logits_output
-        logits, allowed = processed_logits(batch, logits_output.next_token_logits, chain, d)
-        outcome = verify_chain(
-            logits.view(bs, d, -1),
-            proposal.tokens.to(self.device),
-            proposal.q.to(self.device),
-            sampling_batch(batch),
-            allowed_mask=allowed,
-            deterministic=proposal.deterministic.to(self.device),
-            num_draft=proposal.num_draft.to(self.device),
-            generator=request_generators(batch),
-            check=False,
-        )
+        if plain:  # nothing drafted: SGLang's own sampler drew the token, exactly as in an AR step
+            bonus = result.next_token_ids.to(torch.int64)
+            outcome = ChainVerifyResult(torch.zeros_like(bonus), bonus[:, None], bonus)
+        else:
+            logits, allowed = processed_logits(batch, logits_output.next_token_logits, chain, d)
+            outcome = verify_chain(
+                logits.view(bs, d, -1),
+                proposal.tokens.to(self.device),
+                proposal.q.to(self.device),
+                sampling_batch(batch),
+                allowed_mask=allowed,
+                deterministic=proposal.deterministic.to(self.device),
+                num_draft=proposal.num_draft.to(self.device),
+                generator=request_generators(batch),
+                check=False,
+            )
         if self.tp is not None:
             outcome = self.tp.outcome(outcome)  # one set of coins for the whole TP group
         k = outcome.accept_len
@@ -248,8 +264,8 @@ class SSDWorker(BaseSpecWorker):
         return self.target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors, is_verify=True)
 
     def _decode_forward(self, batch, chain, pp_proxy_tensors):
-        """K = 0 (auto-K chose plain decoding): an ordinary DECODE forward of the last token, so such
-        a round costs what an AR step costs. Sampling stays ours (exact bonus from the processed p)."""
+        """K = 0 (auto-K chose plain decoding, or nothing was drafted): an ordinary DECODE forward of
+        the last token, sampled by SGLang's own sampler, so such a round is an AR step."""
         bs = chain.shape[0]
         saved = (batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum, batch.spec_info)
         batch.out_cache_loc = self._cache_locs(batch, 1)
@@ -263,8 +279,7 @@ class SSDWorker(BaseSpecWorker):
             batch.seq_lens_sum = batch.seq_lens_sum + bs
         batch.spec_info = None
         try:
-            return self.target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors,
-                                                               is_verify=True)
+            return self.target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors)
         finally:
             batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum, batch.spec_info = saved
 

@@ -180,11 +180,16 @@ class DraftClient:
         """Synchronous SD drafting: K tokens now from each request's committed context."""
         return self._speculations(Draft(rids=list(rids)), list(rids))
 
-    def close(self, rid: str, *, abort: bool = False) -> None:
+    def close(self, rid: str, *, abort: bool = False, wait: bool = True) -> None:
+        """Free ``rid`` on the server. ``wait=False`` only sends the close (its acknowledgement is
+        dropped when it arrives), for a caller that must not wait for the server to be free."""
         self._spec_ids.pop(rid, None)
         if any(rid in rids for rids in self._posted.values()):
             self._closed_while_posted.add(rid)
-        self._call(Close(rids=[rid], abort=abort))
+        if wait:
+            self._call(Close(rids=[rid], abort=abort))
+        else:
+            self._send(Close(rids=[rid], abort=abort), self.timeout_s)
 
     def close_all(self) -> int:
         """Close every request this client opened; returns how many the server freed."""

@@ -51,7 +51,8 @@ def test_converges_to_the_fastest_k(step_ms, alpha, expect_k):
     # Warm-up and exploration cost a little; the realized rate stays within 5 % of the best fixed K.
     assert rate >= 0.95 * best, (rate, best, auto.chosen)
     assert auto.chosen[expect_k] > 0.8 * sum(auto.chosen)
-    assert auto.alpha == pytest.approx(alpha, abs=0.08)
+    if expect_k:  # while plain decoding wins, drafts are rare (parked) and α is barely updated
+        assert auto.alpha == pytest.approx(alpha, abs=0.08)
 
 
 def test_never_below_plain_decoding_on_a_cpu_curve():
