@@ -28,7 +28,8 @@ from sglang_ssd.prompts import export_bench_dataset  # noqa: E402
 from sglang_ssd.sglang.server_process import CPU_SERVER_ARGS, SGLangServer  # noqa: E402
 
 COUNTERS = ("ssd_hits", "ssd_lookups", "ssd_fast_backups", "ssd_drafted", "ssd_accepted", "ssd_rejected",
-            "ssd_emitted", "ssd_rounds", "ssd_verify_s", "ssd_link_s", "ssd_open_s", "ssd_math_s", "ssd_total_s")
+            "ssd_emitted", "ssd_rounds", "ssd_verify_s", "ssd_link_s", "ssd_open_s", "ssd_math_s", "ssd_total_s",
+            "ssd_hit_rounds", "ssd_hit_link_s", "ssd_hit_verify_s")
 
 
 def configs(draft: str, k: str, budget: str, ablations: bool, k_variants: list[str],
@@ -127,6 +128,10 @@ def summarize(name: str, bench: dict, before: dict, after: dict, extra: dict) ->
         rec["link_ms"] = 1000 * d["ssd_link_s"] / d["ssd_rounds"]
         for part in ("open", "math", "total"):  # the rest of the worker's step, per round
             rec[f"{part}_ms"] = 1000 * d[f"ssd_{part}_s"] / d["ssd_rounds"]
+        if d["ssd_hit_rounds"]:  # all-hit rounds: SSD's own overhead without backup drafting
+            rec["hit_rounds"] = d["ssd_hit_rounds"]
+            rec["hit_link_ms"] = 1000 * d["ssd_hit_link_s"] / d["ssd_hit_rounds"]
+            rec["hit_verify_ms"] = 1000 * d["ssd_hit_verify_s"] / d["ssd_hit_rounds"]
     return rec
 
 
@@ -176,7 +181,12 @@ def headline(records: list[dict]) -> list[str]:
         lines.append(f"SD/AR = {sd['output_throughput'] / ar['output_throughput']:.2f}")
         if "sd_coloc" in by:
             lines.append(f"SD-colocated/AR = {by['sd_coloc']['output_throughput'] / ar['output_throughput']:.2f}")
-        lines.append(f"SSD overhead per round = {ssd['link_ms']:.1f} ms = {100 * ssd['link_ms'] / ssd['verify_ms']:.1f} % of T_v")
+        lines.append(f"SSD overhead per round = {ssd['link_ms']:.1f} ms = {100 * ssd['link_ms'] / ssd['verify_ms']:.1f} % of T_v"
+                     " (all rounds: a miss waits for the backup's drafting)")
+        if ssd.get("hit_rounds"):
+            lines.append(f"SSD overhead per all-hit round = {ssd['hit_link_ms']:.1f} ms = "
+                         f"{100 * ssd['hit_link_ms'] / ssd['hit_verify_ms']:.1f} % of T_v "
+                         f"(lookup + round trip + bookkeeping, {ssd['hit_rounds']} rounds)")
     for t in sorted({r["temperature"] for r in records}):
         at = {r["config"]: r for r in records if r["concurrency"] == 1 and r["temperature"] == t}
         for deep, flat in (("sd3", "sd"), ("ssd3", "ssd")):

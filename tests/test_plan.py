@@ -292,3 +292,16 @@ def test_serving_overhead_fitted_from_ar_rows():
     served = compare_sweep(recs, cal, serving_overhead=True)
     assert "ar (fit)" in served and "within ±15 %: 1 of 1" in served  # SD: 2 tokens / (10 + 10 + 3·1) ms
     assert "within ±15 %: 0 of 2" in compare_sweep(recs, cal)  # bare costs miss both by far
+
+
+def test_alpha_for_the_planner_matches_the_measured_tokens_per_round():
+    """The sweep's per-token MLE α overstates E(α, K) when accepted lengths are bursty; the planner
+    takes the α whose E equals the measured accept length instead."""
+    from sglang_ssd.algo.policy import expected_tokens
+    from sglang_ssd.planner.sweep import alpha_of
+
+    rec = {"config": "ssd", "k": 4, "alpha": 0.4, "accept_length": 1.4}
+    a = alpha_of(rec)
+    assert expected_tokens(a, 4) == pytest.approx(1.4, abs=1e-6) and a < 0.4
+    assert alpha_of({"config": "ssd", "k": "auto", "alpha": 0.4, "accept_length": 1.4}) == 0.4
+    assert alpha_of({"config": "sd", "k": 2, "alpha": 0.3}) == 0.3

@@ -68,10 +68,31 @@ def _fanout(rec: dict, alpha: float, r: float) -> list[int]:
     return geometric_fanout(alpha, r, K, budget)
 
 
+def alpha_of(rec: dict) -> float:
+    """The per-token α the planner's E(α, K) should take for a record: the α at which the capped
+    geometric gives the measured tokens per round (``accept_length``), when there is one. The
+    record's ``alpha`` (the maximum-likelihood per-token rate) overstates E here: real accepted
+    lengths are burstier than a geometric (many k = 0 rounds, a fat tail)."""
+    n = rec.get("accept_length")
+    K = rec.get("k")
+    if n is None or not str(K).isdigit() or int(K) < 1:
+        return float(rec["alpha"])
+    K, n = int(K), float(n)
+    if n <= 1.0:
+        return 0.0
+    if n >= K + 1:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if expected_tokens(mid, K) < n else (lo, mid)
+    return (lo + hi) / 2
+
+
 def r_from_hit_rate(rec: dict, c: float = 1.0, r_max: float = 50.0) -> float | None:
     """r at which the fan-out model's p_hit equals the record's ``hit_rate`` (bisection; the model's
     p_hit grows with r). None when out of reach (e.g. forks with F ≤ 1 contribute nothing at c = 1)."""
-    alpha, target = float(rec["alpha"]), float(rec["hit_rate"])
+    alpha, target = alpha_of(rec), float(rec["hit_rate"])
 
     def f(r: float) -> float:
         return hit_probability(_fanout(rec, alpha, r), alpha, r, c) - target
@@ -96,14 +117,15 @@ def estimate_alpha_r(
     scope = f"T = {temperature:g}"
     if not at_t and spec:
         at_t, scope = spec, "all temperatures (none at the requested one)"
-    alpha = statistics.median(float(x["alpha"]) for x in at_t) if at_t else None
+    alpha = statistics.median(alpha_of(x) for x in at_t) if at_t else None
     rs = [
         r for x in at_t
         if record_mode(x) == "ssd" and 0 < float(x.get("hit_rate", 0)) < 1 and "budget" in x
         for r in [r_from_hit_rate(x, c)] if r is not None
     ]  # fmt: skip
     r = statistics.median(rs) if rs else None
-    how = (f"from the sweep ({scope}): α = median of {len(at_t)} records' alpha"
+    how = (f"from the sweep ({scope}): α = median over {len(at_t)} records of the α whose E(α, K) is "
+           f"their accept length"
            + (f", r = median over {len(rs)} SSD records of the r that makes the fan-out model's p_hit "
               f"equal their hit_rate (c = {c:g})" if rs else ", r not estimable (no usable SSD record)"))  # fmt: skip
     return alpha, r, how
@@ -145,7 +167,7 @@ def predict_record(
         return done(ar_rate(costs.verify_ms(1, b) + step_overhead_ms, b))
     overhead_ms = overhead_ms + step_overhead_ms
     K = int(rec["k"])
-    alpha = pooled[0] if pooled else float(rec["alpha"])
+    alpha = pooled[0] if pooled else alpha_of(rec)
     e = expected_tokens(alpha, K)
     tokens = e if pooled or "accept_length" not in rec else float(rec["accept_length"])
     t_v = costs.verify_ms(K + 1, b)

@@ -23,9 +23,14 @@ class SSDStats:
     open_s: float = 0.0  # opening requests on the draft server (once per request)
     math_s: float = 0.0  # exact verification, KV bookkeeping, logprobs after the forward
     total_s: float = 0.0
+    # Rounds whose every speculation was a cache hit: their link time is the pure SSD overhead
+    # (lookup + round trip + bookkeeping); a miss adds the backup's drafting to the wait.
+    hit_rounds: int = 0
+    hit_link_s: float = 0.0
+    hit_verify_s: float = 0.0
 
     def record_round(self, *, num_draft: list[int], accepted: list[int], verify_s: float, link_s: float,
-                     total_s: float, open_s: float = 0.0, math_s: float = 0.0) -> None:
+                     total_s: float, open_s: float = 0.0, math_s: float = 0.0, all_hits: bool = False) -> None:
         self.rounds += 1
         self.drafted += sum(num_draft)
         self.accepted += sum(accepted)
@@ -34,6 +39,10 @@ class SSDStats:
         self.verify_s += verify_s
         self.link_s += link_s
         self.open_s += open_s
+        if all_hits:
+            self.hit_rounds += 1
+            self.hit_link_s += link_s
+            self.hit_verify_s += verify_s
         self.math_s += math_s
         self.total_s += total_s
 
@@ -60,7 +69,9 @@ def snapshot(*, draft_servers: bool = False) -> dict:
         out.update(ssd_drafted=w.stats.drafted, ssd_accepted=w.stats.accepted,
                    ssd_rejected=w.stats.rejected, ssd_emitted=w.stats.emitted,
                    ssd_verify_s=w.stats.verify_s, ssd_link_s=w.stats.link_s,
-                   ssd_open_s=w.stats.open_s, ssd_math_s=w.stats.math_s, ssd_total_s=w.stats.total_s)
+                   ssd_open_s=w.stats.open_s, ssd_math_s=w.stats.math_s, ssd_total_s=w.stats.total_s,
+                   ssd_hit_rounds=w.stats.hit_rounds, ssd_hit_link_s=w.stats.hit_link_s,
+                   ssd_hit_verify_s=w.stats.hit_verify_s)
         out["ssd_k"] = w.k
         out["ssd_budget"] = w.config.budget
         out["ssd_mode"] = w.config.mode

@@ -224,9 +224,11 @@ class SSDWorker(BaseSpecWorker):
                 self.pending.update(self.link.collect())
             link_s = (t_collected - t0 - self._open_s) + (time.perf_counter() - t_link)
         t1 = time.perf_counter()
+        used = [s for s in specs or [] if s is not None and len(s.tokens)]
         self.stats.record_round(
             num_draft=proposal.num_draft.tolist(), accepted=k_list, verify_s=t_verified - t_verify,
             link_s=link_s, total_s=t1 - t0, open_s=self._open_s, math_s=t_link - t_verified,
+            all_hits=bool(used) and all(s.hit for s in used) and not self._open_s,
         )
         if self.auto_k:
             gap_ms = 1000 * (t0 - self._last_step_end) if self._last_step_end else None
