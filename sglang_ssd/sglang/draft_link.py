@@ -200,7 +200,7 @@ class DraftLink:
         c = self.counters
         looked_up = c.hits + c.misses
         out = {
-            "ssd_rounds": c.rounds,
+            "ssd_link_rounds": c.rounds,  # rounds that talked to a draft server (none while parked)
             "ssd_hit_rate": c.hits / looked_up if looked_up else 0.0,
             "ssd_backup_rate": c.misses / looked_up if looked_up else 0.0,
             "ssd_fast_backup_rate": c.fast_backups / looked_up if looked_up else 0.0,

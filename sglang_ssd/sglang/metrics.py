@@ -72,6 +72,7 @@ def snapshot(*, draft_servers: bool = False) -> dict:
                    ssd_open_s=w.stats.open_s, ssd_math_s=w.stats.math_s, ssd_total_s=w.stats.total_s,
                    ssd_hit_rounds=w.stats.hit_rounds, ssd_hit_link_s=w.stats.hit_link_s,
                    ssd_hit_verify_s=w.stats.hit_verify_s)
+        out["ssd_rounds"] = w.stats.rounds  # worker rounds (verify steps)
         out["ssd_k"] = w.k
         out["ssd_budget"] = w.config.budget
         out["ssd_mode"] = w.config.mode
