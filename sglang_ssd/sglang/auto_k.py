@@ -15,8 +15,8 @@ over one and the per-step overheads are large.
 S(n) is the running mean of the steps measured at n once there are `OWN_AFTER` of them, and until
 then a straight line a + b·(n − 1) per batch-size bucket, fitted (least squares, recent rounds
 weighted more) over every width measured: single step times are noisy on a shared CPU, and a line
-needs only the two ends to start — plain decoding and the full draft are tried once each in a new
-bucket. (A CPU's cost curve is not straight: the jump from one token to two is the largest, hence
+needs only two widths to start — plain decoding and a one-token draft are tried first in a new
+bucket (a bucket larger than one where plain decoding already won starts parked). (A CPU's cost curve is not straight: the jump from one token to two is the largest, hence
 the widths' own means once known.) A random width every `EXPLORE_EVERY` rounds afterwards (every
 `EXPLORE_PARKED` while plain decoding wins: the worker then parks its requests on the draft server,
 and trying a draft again costs re-opening them) keeps the fit honest, so a changing workload (larger batches, where verification grows costlier; text the draft predicts
@@ -85,12 +85,17 @@ class AutoK:
         self.rounds += 1
         b = self.bucket(batch)
         seen = self.seen.get(b, set())
+        # Plain decoding already wins here, or at a smaller batch size (verification only grows
+        # costlier with the batch): drafts are tried rarely and short, since each try re-opens the
+        # parked requests on the draft server.
+        parked = self.best.get(b) == 0 or (b not in self.best and any(self.best.get(x) == 0 for x in range(b)))
+        explore = self.rounds % (EXPLORE_PARKED if parked else EXPLORE_EVERY) == 0
         if 1 not in seen:
             k = 0
         elif len(seen) < 2:
-            k = self.k_max
-        elif self.rounds % (EXPLORE_PARKED if self.best.get(b) == 0 else EXPLORE_EVERY) == 0:
-            k = self.rng.randint(1 if self.best.get(b) == 0 else 0, self.k_max)
+            k = 1 if explore or not parked else 0
+        elif explore:
+            k = self.rng.randint(1, min(2, self.k_max)) if parked else self.rng.randint(0, self.k_max)
         else:
             k = max(range(self.k_max + 1), key=lambda k: self.predicted_rate(batch, k))
             self.best[b] = k

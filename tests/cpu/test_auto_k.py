@@ -63,14 +63,14 @@ def test_never_below_plain_decoding_on_a_cpu_curve():
     assert rate >= 0.97 * ar, (rate, ar, auto.chosen)
 
 
-def test_each_bucket_measures_both_ends_first_and_fits_a_line():
+def test_each_bucket_measures_two_widths_first_and_fits_a_line():
     auto = AutoK(3)
     first = []
     for _ in range(2):
         first.append(auto.choose(1))
         auto.observe(1, first[-1] + 1, 10.0 + 5.0 * first[-1], None, [0], [first[-1]])
-    assert first == [0, 3]
-    assert auto.step_ms(1, 3) == pytest.approx(20.0)  # interpolated on the line through both ends
+    assert first == [0, 1]
+    assert auto.step_ms(1, 4) == pytest.approx(25.0)  # extrapolated on the line through both widths
     assert auto.choose(8) == 0  # a new batch-size bucket starts its own measurements
     assert auto.predicted_rate(8, 2) is None
 
@@ -98,3 +98,16 @@ def test_batch_size_changes_the_choice():
 def test_bad_k_max_is_refused():
     with pytest.raises(ValueError, match="auto-K"):
         AutoK(0)
+
+
+def test_larger_batches_start_parked_where_plain_decoding_already_won():
+    """Drafts re-open parked requests, so a new, larger batch bucket does not pay for a warm-up draft
+    when plain decoding already won at a smaller batch; it drafts again only on a rare exploration."""
+    auto = AutoK(4)
+    simulate(auto, CPU_STEP_MS, 0.15, lambda i: 1, rounds=200)
+    assert auto.best[auto.bucket(1)] == 0
+    picks = []
+    for _ in range(20):
+        picks.append(auto.choose(8))
+        auto.observe(8, picks[-1] + 1, 120.0, 10.0, [0] * 8, [picks[-1]] * 8)
+    assert picks.count(0) == 20
