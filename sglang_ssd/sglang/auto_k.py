@@ -128,9 +128,11 @@ class AutoK:
             "ssd_auto_k_alpha": self.alpha,
             "ssd_auto_k_gap_ms": self.gap_ms,
             "ssd_auto_k_chosen": list(self.chosen),
-            # The fitted line per batch-size bucket (bucket 1 = batch 1, 2 = 2-3, 3 = 4-7, ...).
+            # Expected step ms per batch-size bucket (1 = batch 1, 2 = 2-3, 3 = 4-7, ...) at plain
+            # decoding and at the full draft; None where not yet estimable (a parked bucket).
             "ssd_auto_k_step_ms": {
-                f"bucket{b}": [round(self.step_ms(1 << (b - 1), w), 2) for w in (1, self.k_max + 1)]
-                for b in sorted(self.fits) if self.step_ms(1 << (b - 1), 1) is not None
+                f"bucket{b}": [None if (t := self.step_ms(1 << (b - 1), w)) is None else round(t, 2)
+                               for w in (1, self.k_max + 1)]
+                for b in sorted(self.fits)
             },
         }

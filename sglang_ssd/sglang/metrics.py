@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+
+logger = logging.getLogger(__name__)
 
 _WORKERS: list = []
 
@@ -95,8 +98,13 @@ INTERNAL_STATE_TARGET = (
 
 
 def add_to_internal_state(result, controller, state, *args, **kwargs):
-    """AFTER hook: SSD counters appear in `/server_info` → `internal_states[i]`."""
-    state.update(snapshot(draft_servers=True))
+    """AFTER hook: SSD counters appear in `/server_info` → `internal_states[i]`. A failure here is
+    logged and reported in the state, never raised: it would take the scheduler down."""
+    try:
+        state.update(snapshot(draft_servers=True))
+    except Exception as e:  # noqa: BLE001 - metrics must not kill serving
+        logger.exception("SSD metrics snapshot failed")
+        state["ssd_metrics_error"] = f"{type(e).__name__}: {e}"
     return result
 
 

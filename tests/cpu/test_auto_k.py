@@ -111,3 +111,16 @@ def test_larger_batches_start_parked_where_plain_decoding_already_won():
         picks.append(auto.choose(8))
         auto.observe(8, picks[-1] + 1, 120.0, 10.0, [0] * 8, [picks[-1]] * 8)
     assert picks.count(0) == 20
+
+
+def test_snapshot_of_a_parked_bucket():
+    """A bucket that only ever decoded plainly has no estimate at the full draft: reported as None
+    (this once raised inside /server_info)."""
+    auto = AutoK(4)
+    simulate(auto, CPU_STEP_MS, 0.15, lambda i: 1, rounds=100)
+    for _ in range(5):
+        k = auto.choose(8)
+        auto.observe(8, k + 1, 120.0, 10.0, [0] * 8, [k] * 8)
+    snap = auto.snapshot()["ssd_auto_k_step_ms"]
+    assert snap["bucket4"][0] == pytest.approx(120.0) and snap["bucket4"][1] is None
+    assert snap["bucket1"][1] is not None
