@@ -155,21 +155,7 @@ def verify_chain_probs(
     )
     batch, positions, _vocab = target_probs.shape
     kernel = None
-    if backend == "triton":
-        from .verify_triton import chain_verify_triton
-
-        if uniforms is None:
-            uniforms = draw_uniforms(batch, positions, generator, target_probs.device)
-        if positions == 1:  # nothing drafted: the bonus alone
-            result = _chain_torch(target_probs, draft_tokens, draft_probs, deterministic, num_draft, uniforms)
-        else:
-            qd = dense_proposal(draft_probs, draft_tokens, _vocab, deterministic)
-            k, bonus = chain_verify_triton(target_probs, draft_tokens, qd, num_draft, uniforms)
-            result = _emitted(draft_tokens, k, bonus)
-        if greedy is not None and bool(greedy.any()):
-            result = _merge(greedy, _chain_greedy(target_probs, draft_tokens, num_draft), result)
-        return result
-    if backend != "torch":
+    if backend not in ("torch", "triton"):
         usable = (
             (target_probs.is_cuda or backend == "flashinfer")
             and uniforms is None
@@ -187,7 +173,14 @@ def verify_chain_probs(
     else:
         if uniforms is None:
             uniforms = draw_uniforms(batch, positions, generator, target_probs.device)
-        result = _chain_torch(target_probs, draft_tokens, draft_probs, deterministic, num_draft, uniforms)
+        if backend == "triton" and positions > 1:  # with nothing drafted the torch rule is the bonus alone
+            from .verify_triton import chain_verify_triton
+
+            qd = dense_proposal(draft_probs, draft_tokens, _vocab, deterministic)
+            k, bonus = chain_verify_triton(target_probs, draft_tokens, qd, num_draft, uniforms)
+            result = _emitted(draft_tokens, k, bonus)
+        else:
+            result = _chain_torch(target_probs, draft_tokens, draft_probs, deterministic, num_draft, uniforms)
     if greedy is not None and bool(greedy.any()):
         result = _merge(greedy, _chain_greedy(target_probs, draft_tokens, num_draft), result)
     return result

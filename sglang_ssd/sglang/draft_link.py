@@ -110,11 +110,6 @@ class DraftLink:
         self._record([spec])
         return spec
 
-    def round(self, outcomes: list[Outcome]) -> dict[str, Speculation]:
-        """Send the outcomes of opened requests; returns the next speculation per request id."""
-        self.post(outcomes)
-        return self.collect()
-
     def post(self, outcomes: list[Outcome]) -> None:
         """Send the outcomes now and return at once; :meth:`collect` gets the replies later.
 
@@ -134,10 +129,6 @@ class DraftLink:
                 self._tickets[i] = self.clients[i].post_round(group)
             except DraftUnavailable as e:
                 self._fault(i, e)
-
-    @property
-    def in_flight(self) -> bool:
-        return bool(self._tickets)
 
     def collect(self) -> dict[str, Speculation]:
         """The speculations answering the posted round (empty when nothing is in flight)."""
