@@ -42,6 +42,8 @@ def configs(draft: str, k: str, budget: str, ablations: bool, k_variants: list[s
     meta = {"k": int(k) if k.isdigit() else k, "budget": int(budget), "fanout": "geometric", "saguaro_c": 1.0}
     out = {
         "ar": ([], {"k": 0}),
+        # A second, identical AR server: the AR/AR ratio at each point is the run's noise band.
+        "ar_repeat": ([], {"k": 0}),
         "sd_coloc": ([*ssd(), "--ssd-mode", "sync", "--ssd-draft-cores", "0", "--ssd-backup", "neural"],
                      {**meta, "backup": "neural", "colocated": True}),
         "sd": ([*ssd(), "--ssd-mode", "sync", "--ssd-draft-cores", "1", "--ssd-backup", "neural"],
@@ -82,7 +84,10 @@ def run_bench(server: SGLangServer, dataset: Path, tokenizer: str, concurrency: 
            "--port", str(server.port), "--dataset-name", "custom", "--dataset-path", str(dataset),
            "--tokenizer", tokenizer, "--apply-chat-template", "--num-prompts", str(num_prompts),
            "--sharegpt-output-len", str(output_len), "--max-concurrency", str(concurrency),
-           "--temperature", str(temperature), "--seed", "0", "--output-file", str(out), "--disable-tqdm"]
+           "--temperature", str(temperature), "--seed", "0", "--output-file", str(out), "--disable-tqdm",
+           # The caller warms the server up before it reads the counters (`warm_up`), so that the
+           # server-side per-round figures cover the measured requests only.
+           "--warmup-requests", "0"]
     # SGLANG_USE_CPU_ENGINE: bench_serving imports sglang.srt, which needs the CPU stand-ins here too.
     done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                           env={**os.environ, "OMP_NUM_THREADS": "1", "SGLANG_USE_CPU_ENGINE": "1"})
@@ -91,6 +96,12 @@ def run_bench(server: SGLangServer, dataset: Path, tokenizer: str, concurrency: 
     lines = [ln for ln in out.read_text().splitlines() if ln.strip()]
     out.unlink()
     return json.loads(lines[-1])
+
+
+def warm_up(server: SGLangServer, temperature: float) -> None:
+    """One short request before the counted window (what bench_serving's own warm-up did, but that
+    one fell inside the window and mixed a batch-1 request into every point's per-round figures)."""
+    server.generate([1, 2, 3, 4], {"max_new_tokens": 8, "temperature": temperature})
 
 
 def ssd_state(server: SGLangServer) -> dict:
@@ -107,6 +118,7 @@ def summarize(name: str, bench: dict, before: dict, after: dict, extra: dict) ->
         "mean_ttft_ms": bench.get("mean_ttft_ms"), "completed": bench.get("completed"),
         "total_output_tokens": bench.get("total_output_tokens"),
         "accept_length": bench.get("accept_length"),
+        "duration_s": bench.get("duration"),
     }
     if d["ssd_rounds"]:
         # α: per-token acceptance (capped-geometric MLE), what the planner's E(α, K) takes;
@@ -124,6 +136,8 @@ def summarize(name: str, bench: dict, before: dict, after: dict, extra: dict) ->
             rec["auto_k_step_ms"] = after.get("ssd_auto_k_step_ms")
             rec["auto_k_gap_ms"] = after.get("ssd_auto_k_gap_ms")
         rec.update(per_k_counts(before.get("ssd_draft_server", {}), after.get("ssd_draft_server", {})))
+        rec["steps"] = d["ssd_rounds"]  # worker decode steps in the measured window
+        rec["worker_busy_s"] = d["ssd_total_s"]
         rec["verify_ms"] = 1000 * d["ssd_verify_s"] / d["ssd_rounds"]
         rec["link_ms"] = 1000 * d["ssd_link_s"] / d["ssd_rounds"]
         for part in ("open", "math", "total"):  # the rest of the worker's step, per round
@@ -198,20 +212,38 @@ def headline(records: list[dict]) -> list[str]:
 
 
 def auto_k_lines(records: list[dict]) -> list[str]:
-    """`--ssd-k auto` against the best fixed-K SSD configuration and AR at every point of the run."""
+    """`--ssd-k auto` against the best fixed-K SSD configuration and AR at every point of the run.
+    With an `ar_repeat` server in the run, the noise band is the largest |AR repeat / AR − 1| over
+    the run's points, and each point says whether auto-K is within it of AR and of the best fixed K."""
     out = []
     points = sorted({(r["temperature"], r["concurrency"]) for r in records})
-    for t, c in points:
-        at = {r["config"]: r for r in records if (r["temperature"], r["concurrency"]) == (t, c)}
+    at_point = {p: {r["config"]: r for r in records if (r["temperature"], r["concurrency"]) == p} for p in points}
+    repeats = [abs(at["ar_repeat"]["output_throughput"] / at["ar"]["output_throughput"] - 1)
+               for at in at_point.values() if "ar" in at and "ar_repeat" in at]
+    noise = max(repeats) if repeats else None
+    fails = []
+    for (t, c), at in at_point.items():
         auto, ar = at.get("ssd_kauto"), at.get("ar")
-        fixed = [r for r in at.values() if r["config"].startswith("ssd") and isinstance(r.get("k"), int)
-                 and r["config"] in ("ssd",) + tuple(n for n in at if n.startswith("ssd_k") and n != "ssd_kauto")]
-        if not auto or not fixed or not ar:
+        fixed = [r for n, r in at.items() if n == "ssd" or (n.startswith("ssd_k") and n != "ssd_kauto")]
+        if not auto or not ar:
             continue
-        best = max(fixed, key=lambda r: r["output_throughput"])
-        out.append(f"auto-K T={t:g} c={c}: {auto['output_throughput']:.1f} tok/s = "
-                   f"{auto['output_throughput'] / best['output_throughput']:.2f}x best fixed K={best['k']} "
-                   f"({best['output_throughput']:.1f}), {auto['output_throughput'] / ar['output_throughput']:.2f}x AR")
+        line = f"auto-K T={t:g} c={c}: {auto['output_throughput']:.1f} tok/s = "
+        vs_ar = auto["output_throughput"] / ar["output_throughput"]
+        if fixed:
+            best = max(fixed, key=lambda r: r["output_throughput"])
+            vs_best = auto["output_throughput"] / best["output_throughput"]
+            line += f"{vs_best:.2f}x best fixed K={best['k']} ({best['output_throughput']:.1f}), "
+            if noise is not None and vs_best < 1 - noise:
+                fails.append(f"T={t:g} c={c} vs best fixed K")
+        line += f"{vs_ar:.2f}x AR"
+        if "ar_repeat" in at:
+            line += f" (AR repeat {at['ar_repeat']['output_throughput'] / ar['output_throughput']:.2f}x AR)"
+        if noise is not None and vs_ar < 1 - noise:
+            fails.append(f"T={t:g} c={c} vs AR")
+        out.append(line)
+    if noise is not None and out:
+        out.append(f"noise band (max |AR repeat/AR - 1| over the run) = {100 * noise:.1f} %; auto-K below it: "
+                   + (", ".join(fails) if fails else "nowhere"))
     return out
 
 
@@ -245,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--temperatures", default="0,0.7")
     ap.add_argument("--num-prompts", type=int, default=16)
     ap.add_argument("--output-len", type=int, default=64)
-    ap.add_argument("--configs", default="ar,sd_coloc,sd,ssd,ssd_kauto,sd3,ssd3")
+    ap.add_argument("--configs", default="ar,ar_repeat,sd_coloc,sd,ssd,ssd_kauto,sd3,ssd3")
     ap.add_argument("--ablations", action="store_true")
     ap.add_argument("--k", default="4")
     ap.add_argument("--k-variants", default="", help="extra fixed-K SSD configurations, e.g. 1,2")
@@ -293,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
                     if temp < all_cfgs[name][1].get("t_min", 0.0):
                         continue
                     server = servers[name]
+                    warm_up(server, temp)
                     before = ssd_state(server)
                     try:
                         bench = run_bench(server, dataset, args.target, conc, temp, args.num_prompts, args.output_len)

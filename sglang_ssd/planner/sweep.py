@@ -218,14 +218,16 @@ def saguaro_table(records: list[dict], calibration: dict, temperature: float, st
 
 
 def step_overheads(records: list[dict], costs: CostModel) -> dict[tuple[float, int], float]:
-    """Per (temperature, concurrency): the AR record's measured time per output token minus the bare
-    forward T_v(1, b) — what serving adds to every target step on this machine."""
-    out = {}
+    """Per (temperature, concurrency): the AR records' measured time per output token minus the bare
+    forward T_v(1, b) — what serving adds to every target step on this machine (the mean over the
+    point's AR records: a sweep may run AR twice for its noise band)."""
+    by: dict[tuple[float, int], list[float]] = {}
     for r in records:
         if record_mode(r) == "ar" and r.get("median_tpot_ms"):
             b = int(r.get("concurrency", 1))
-            out[(float(r.get("temperature", 0.0)), b)] = max(0.0, float(r["median_tpot_ms"]) - costs.verify_ms(1, b))
-    return out
+            by.setdefault((float(r.get("temperature", 0.0)), b), []).append(
+                max(0.0, float(r["median_tpot_ms"]) - costs.verify_ms(1, b)))
+    return {key: sum(v) / len(v) for key, v in by.items()}
 
 
 def compare_sweep(records: list[dict], calibration: dict, stat: str = "median", overhead_ms: float = 0.0,

@@ -12,15 +12,22 @@ decoding: one token verified, nothing drafted used. Measuring whole steps, not b
 makes the comparison with K = 0 honest on a CPU, where a forward over n tokens costs much more than
 over one and the per-step overheads are large.
 
-S(n) is the running mean of the steps measured at n once there are `OWN_AFTER` of them, and until
-then a straight line a + b·(n − 1) per batch-size bucket, fitted (least squares, recent rounds
-weighted more) over every width measured: single step times are noisy on a shared CPU, and a line
-needs only two widths to start — plain decoding and a one-token draft are tried first in a new
-bucket (a bucket larger than one where plain decoding already won starts parked). (A CPU's cost curve is not straight: the jump from one token to two is the largest, hence
-the widths' own means once known.) A random width every `EXPLORE_EVERY` rounds afterwards (every
-`EXPLORE_PARKED` while plain decoding wins: the worker then parks its requests on the draft server,
-and trying a draft again costs re-opening them) keeps the fit honest, so a changing workload (larger batches, where verification grows costlier; text the draft predicts
-better) moves the choice.
+S(n) = S(1) · R(n) per batch-size bucket: S(1) the running mean of plain steps, R(n) the running
+mean of n-token steps relative to the plain-step mean at the time (R(1) = 1). Plain steps are the
+common case and keep S(1) current; drafted widths are measured rarely, and as ratios their old
+samples still apply when the whole machine gets slower or faster (load, context length, a batch of
+4 vs 7 in one bucket). R(n) is the width's own mean once it has `OWN_AFTER` samples; until then a
+straight line through the measured widths' ratios (least squares, each weighted by its count, capped
+so that thousands of plain steps do not drown the few drafted ones). A CPU's cost curve is not
+straight (the jump from one token to two is the largest), hence the widths' own means once known.
+
+Plain decoding and a one-token draft are tried first in a new bucket (a bucket larger than one where
+plain decoding already won starts parked). A random width every `EXPLORE_EVERY` rounds afterwards
+keeps the estimates honest, so a changing workload (larger batches, where verification grows
+costlier; text the draft predicts better) moves the choice. While plain decoding wins the worker
+parks its requests on the draft server, and trying a draft costs re-opening them: explorations are
+then 1–2 tokens, every `EXPLORE_PARKED` rounds, doubling after each one that leaves plain decoding
+the winner (up to `EXPLORE_PARKED_MAX`); a draft winning again resets the interval.
 """
 
 from __future__ import annotations
@@ -31,8 +38,9 @@ from sglang_ssd.algo.policy import expected_tokens
 
 EXPLORE_EVERY = 16
 EXPLORE_PARKED = 128  # while plain decoding wins: trying a draft means re-opening every request
-EMA = 0.2
-DECAY = 0.97  # per observation: the fit follows a changing machine load
+EXPLORE_PARKED_MAX = 1024  # the back-off's cap: a changed workload is still noticed within ~1000 rounds
+EMA = 0.2  # weight of a new sample in a running mean
+FIT_WEIGHT_CAP = 10  # a width's weight in the line: its count, up to this
 OWN_AFTER = 3
 MAX_GAP_S = 1.0  # a longer pause between steps is idleness, not scheduler work
 
@@ -42,15 +50,16 @@ class AutoK:
         if k_max < 1:
             raise ValueError(f"auto-K needs a drafted length ≥ 1, got {k_max}")
         self.k_max = k_max
-        # Per bucket: decayed sums for the weighted least-squares line through (n − 1, step ms).
-        self.fits: dict[int, list[float]] = {}  # bucket -> [Σw, Σwx, Σwy, Σwxx, Σwxy]
         self.seen: dict[int, set[int]] = {}  # bucket -> widths measured
-        self.means: dict[tuple[int, int], list[float]] = {}  # (bucket, width) -> [EMA ms, count]
+        self.means: dict[tuple[int, int], list[float]] = {}  # (bucket, 1) -> [plain step EMA ms, count]
+        self.ratios: dict[tuple[int, int], list[float]] = {}  # (bucket, width) -> [EMA of S(w)/S(1), count]
         self.gap_ms = 0.0
         self.accepted = 1.0  # prior: α = 0.5 over two pseudo-trials
         self.judged = 2.0
         self.rounds = 0
         self.best: dict[int, int] = {}  # bucket -> the last K the model chose (not an exploration)
+        self.until_explore: dict[int, int] = {}  # bucket -> rounds left before its next exploration
+        self.parked_every: dict[int, int] = {}  # bucket -> its current parked exploration interval
         self.chosen = [0] * (k_max + 1)
         self.rng = random.Random(seed)
 
@@ -63,18 +72,27 @@ class AutoK:
         return min(max(self.accepted / self.judged, 0.0), 0.999)
 
     def step_ms(self, batch: int, width: int) -> float | None:
-        """The expected whole-step time at ``width``; None until two widths were measured."""
-        own = self.means.get((self.bucket(batch), width))
-        if own is not None and own[1] >= OWN_AFTER:
-            return own[0]
-        f = self.fits.get(self.bucket(batch))
-        if f is None or len(self.seen.get(self.bucket(batch), ())) < 2:
+        """The expected whole-step time at ``width``; None until plain decoding and one other width
+        were measured in the batch's bucket."""
+        b = self.bucket(batch)
+        plain = self.means.get((b, 1))
+        if plain is None:
             return None
-        sw, sx, sy, sxx, sxy = f
+        if width == 1:
+            return plain[0]
+        own = self.ratios.get((b, width))
+        if own is not None and own[1] >= OWN_AFTER:
+            return plain[0] * own[0]
+        pts = [(0.0, 1.0, plain[1])] + [(w - 1.0, *r) for (bb, w), r in self.ratios.items() if bb == b]
+        if len(pts) < 2:
+            return None
+        sw = sx = sy = sxx = sxy = 0.0
+        for x, y, n in pts:
+            w = min(n, FIT_WEIGHT_CAP)
+            sw, sx, sy, sxx, sxy = sw + w, sx + w * x, sy + w * y, sxx + w * x * x, sxy + w * x * y
         var = sw * sxx - sx * sx
-        b = max(0.0, (sw * sxy - sx * sy) / var) if var > 1e-9 else 0.0
-        a = (sy - b * sx) / sw
-        return max(a + b * (width - 1), 1e-3)
+        slope = max(0.0, (sw * sxy - sx * sy) / var) if var > 1e-9 else 0.0
+        return plain[0] * max((sy - slope * sx) / sw + slope * (width - 1), 1e-3)
 
     def predicted_rate(self, batch: int, k: int) -> float | None:
         """Tokens per ms per request at ``k`` drafted tokens; None before the bucket is measured."""
@@ -89,7 +107,12 @@ class AutoK:
         # costlier with the batch): drafts are tried rarely and short, since each try re-opens the
         # parked requests on the draft server.
         parked = self.best.get(b) == 0 or (b not in self.best and any(self.best.get(x) == 0 for x in range(b)))
-        explore = self.rounds % (EXPLORE_PARKED if parked else EXPLORE_EVERY) == 0
+        every = self.parked_every.get(b, EXPLORE_PARKED) if parked else EXPLORE_EVERY
+        left = min(self.until_explore.get(b, every), every) - 1
+        explore = left <= 0
+        self.until_explore[b] = every if explore else left
+        if explore and parked and len(seen) >= 2:  # back off; a draft winning again resets it below
+            self.parked_every[b] = min(2 * every, EXPLORE_PARKED_MAX)
         if 1 not in seen:
             k = 0
         elif len(seen) < 2:
@@ -99,6 +122,8 @@ class AutoK:
         else:
             k = max(range(self.k_max + 1), key=lambda k: self.predicted_rate(batch, k))
             self.best[b] = k
+            if k:
+                self.parked_every.pop(b, None)
         self.chosen[k] += 1
         return k
 
@@ -107,14 +132,17 @@ class AutoK:
         """One round: ``step_ms`` the worker's whole step at ``width``; ``gap_ms`` the time since the
         previous step ended (None for the first); the accepted and drafted counts per request."""
         b = self.bucket(batch)
-        f = self.fits.setdefault(b, [0.0] * 5)
-        x = float(width - 1)
-        for i, v in enumerate((1.0, x, step_ms, x * x, x * step_ms)):
-            f[i] = DECAY * f[i] + v
         self.seen.setdefault(b, set()).add(width)
-        m = self.means.setdefault((b, width), [step_ms, 0])
-        m[0] = step_ms if m[1] == 0 else (1 - EMA) * m[0] + EMA * step_ms
-        m[1] += 1
+        plain = self.means.get((b, 1))
+        m = None
+        if width == 1:
+            m = self.means.setdefault((b, 1), [step_ms, 0])
+        elif plain is not None:  # (choose starts every bucket with a plain step)
+            step_ms /= plain[0]
+            m = self.ratios.setdefault((b, width), [step_ms, 0])
+        if m is not None:
+            m[0] = step_ms if m[1] == 0 else (1 - EMA) * m[0] + EMA * step_ms
+            m[1] += 1
         if gap_ms is not None and gap_ms < 1000 * MAX_GAP_S:
             self.gap_ms = (1 - EMA) * self.gap_ms + EMA * gap_ms
         # Per-token acceptance: accepted tokens over positions judged (accepted + the rejection).
@@ -133,6 +161,6 @@ class AutoK:
             "ssd_auto_k_step_ms": {
                 f"bucket{b}": [None if (t := self.step_ms(1 << (b - 1), w)) is None else round(t, 2)
                                for w in (1, self.k_max + 1)]
-                for b in sorted(self.fits)
+                for b in sorted(self.seen)
             },
         }

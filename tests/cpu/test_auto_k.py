@@ -124,3 +124,27 @@ def test_snapshot_of_a_parked_bucket():
     snap = auto.snapshot()["ssd_auto_k_step_ms"]
     assert snap["bucket4"][0] == pytest.approx(120.0) and snap["bucket4"][1] is None
     assert snap["bucket1"][1] is not None
+
+
+def test_parked_explorations_back_off_and_reset_when_a_draft_wins():
+    """Each parked exploration costs re-opening the batch on the draft server: while plain decoding
+    keeps winning they grow rarer (doubling, capped); once drafts win again the interval resets."""
+    from sglang_ssd.sglang import auto_k as mod
+
+    auto = AutoK(4)
+    tries = []
+    for i in range(6000):
+        k = auto.choose(1)
+        if k and i > 50:
+            tries.append(i)
+        auto.observe(1, k + 1, CPU_STEP_MS[k + 1], 15.0, [0], [k])
+    gaps = [b - a for a, b in zip(tries, tries[1:])]
+    assert gaps == sorted(gaps) and gaps[0] <= 2 * mod.EXPLORE_PARKED < gaps[2]  # backing off
+    assert gaps[-1] == mod.EXPLORE_PARKED_MAX == max(gaps)  # up to the cap
+    # The machine changes: verification becomes nearly free and the draft good. Drafts win again
+    # within a few capped intervals (each try moves the width's running mean by EMA), and the parked
+    # interval is forgotten.
+    for _ in range(4 * mod.EXPLORE_PARKED_MAX + 200):
+        k = auto.choose(1)
+        auto.observe(1, k + 1, 20.0 + 0.5 * k, 15.0, [k], [k])
+    assert auto.best[1] > 0 and 1 not in auto.parked_every
