@@ -161,7 +161,11 @@ def per_k_counts(before: dict, after: dict) -> dict:
         hist[str(k)] = n
         hit[str(k)] = round((after.get(f"hit_k{k}", 0) - before.get(f"hit_k{k}", 0)) / n, 3)
         fan[str(k)] = round((after.get(f"fanout_k{k}", 0) - before.get(f"fanout_k{k}", 0)) / n, 2)
-    return {"k_hist": hist, "hit_rate_by_k": hit, "fanout_by_k": fan} if hist else {}
+    out = {"k_hist": hist, "hit_rate_by_k": hit, "fanout_by_k": fan} if hist else {}
+    neural, fast = (after.get(f"backup_{x}", 0) - before.get(f"backup_{x}", 0) for x in ("neural", "fast"))
+    if neural + fast:  # which backup the draft server's policy actually used on misses
+        out["neural_backup_share"] = round(neural / (neural + fast), 3)
+    return out
 
 
 def table(records: list[dict]) -> str:

@@ -305,3 +305,49 @@ def test_alpha_for_the_planner_matches_the_measured_tokens_per_round():
     assert expected_tokens(a, 4) == pytest.approx(1.4, abs=1e-6) and a < 0.4
     assert alpha_of({"config": "ssd", "k": "auto", "alpha": 0.4, "accept_length": 1.4}) == 0.4
     assert alpha_of({"config": "sd", "k": 2, "alpha": 0.3}) == 0.3
+
+
+def test_expected_max_of_normals():
+    from sglang_ssd.planner.sweep import expected_max_normal
+
+    # Known values: 1/√π for two, and the tabulated 1.0294 (four), 1.4236 (eight).
+    assert expected_max_normal(1) == 0.0
+    assert expected_max_normal(2) == pytest.approx(1 / 3.141592653589793**0.5, abs=1e-3)
+    assert expected_max_normal(4) == pytest.approx(1.0294, abs=1e-3)
+    assert expected_max_normal(8) == pytest.approx(1.4236, abs=1e-3)
+
+
+def test_a_wave_waits_for_its_slowest_request():
+    """Spread-out accepted lengths make a batch of 8 slower per token than one request; AR and
+    deterministic rounds have no stragglers."""
+    from sglang_ssd.planner.sweep import straggler_factor, tokens_per_round_moments
+
+    rec = {"config": "sd", "k": 4, "accept_length": 1.5, "k_hist": {"0": 183, "1": 41, "2": 12, "3": 7, "4": 10}}
+    mean, var = tokens_per_round_moments(rec)
+    assert mean == pytest.approx((183 + 2 * 41 + 3 * 12 + 4 * 7 + 5 * 10) / 253)
+    assert var > 0.5
+    # 47 tokens, mean 1.5: 31.3 rounds ± √(47·var/1.5³); eight requests wait for E[max] ≈ +1.42 σ.
+    f8 = straggler_factor(8, 47, mean, var)
+    sigma = (47 * var / mean**3) ** 0.5
+    assert f8 == pytest.approx(1 + 1.4236 * sigma / (47 / mean), rel=1e-3)
+    assert 1.0 == straggler_factor(1, 47, mean, var) < straggler_factor(2, 47, mean, var) < f8
+    assert straggler_factor(8, 47, 2.0, 0.0) == 1.0
+    # Without a histogram: the capped geometric at the record's α (here the α giving E = 1.5).
+    m2, v2 = tokens_per_round_moments({"config": "sd", "k": 4, "accept_length": 1.5})
+    assert m2 == pytest.approx(1.5, abs=1e-6) and v2 > 0
+    # The prediction for a batch of 8 is lowered by exactly that factor (no TTFT in the record).
+    cal = toy_calibration()
+    base = {"config": "sd", "k": 4, "concurrency": 8, "temperature": 0.0, "alpha": 0.3, "accept_length": 1.5}
+    spread = dict(base, output_len=48, k_hist=rec["k_hist"])
+    assert predict_record(spread, CostModel(cal)) == pytest.approx(predict_record(base, CostModel(cal)) / f8)
+
+
+def test_own_prediction_prices_the_backup_mix_the_live_policy_used():
+    cal = toy_calibration(draft_ms=2.0)  # T_v 10 ms, neural backup K·2 ms
+    rec = {"config": "ssd", "k": 3, "budget": 8, "concurrency": 1, "temperature": 0.0, "alpha": 0.5,
+           "hit_rate": 0.5, "accept_length": 2.0, "backup": "auto", "fanout": "uniform"}  # fmt: skip
+    costs = CostModel(cal)
+    # round = max(T_v, T_tree) + (1 − p)·share·T_neural = 10 + 0.5·share·6 ms
+    assert predict_record(dict(rec, neural_backup_share=0.0), costs) == pytest.approx(1000 * 2.0 / 10.0)
+    assert predict_record(dict(rec, neural_backup_share=1.0), costs) == pytest.approx(1000 * 2.0 / 13.0)
+    assert predict_record(dict(rec, neural_backup_share=0.5), costs) == pytest.approx(1000 * 2.0 / 11.5)

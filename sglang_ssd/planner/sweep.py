@@ -5,10 +5,18 @@ A record is one measured configuration (one line of JSON). Fields read: ``config
 ``concurrency`` (= batch b), ``temperature``, ``alpha`` (per-token acceptance), ``hit_rate`` (SSD cache
 hits / lookups), ``accept_length`` (tokens per round, bonus included), ``output_throughput``
 (measured output tokens/s, all requests). Optional: ``backup`` ("neural" | "fast" | "auto"),
-``fanout`` ("geometric" | "uniform"), ``saguaro_c``, ``colocated`` (SSD's draft on the target's core:
+``fanout`` ("geometric" | "uniform"), ``saguaro_c``, ``neural_backup_share`` (the share of misses the
+live auto policy covered with the neural backup; the own prediction then prices that mix), ``colocated`` (SSD's draft on the target's core:
 no overlap, round = T_v + T_tree), ``mean_ttft_ms`` with ``output_len`` (or ``total_output_tokens`` and
 ``completed``) — when present the prediction adds the measured time to first token to each request,
 as the measured throughput includes it.
+
+A batch of b requests decodes in waves (N prompts, at most b at a time): speculative rounds emit a
+random number of tokens, so a wave lasts until its slowest request has its L tokens. The decode
+time is therefore scaled by :func:`straggler_factor`, E[max of b round counts] / E[round count], from
+the spread of tokens per round (the record's realized-k histogram ``k_hist`` for the own
+prediction, the capped geometric at α for the pooled one). AR emits one token per request per step:
+no stragglers.
 
 Two predictions per record:
 - **own**: the timing model fed with the record's own measured acceptance — tokens per round =
@@ -131,12 +139,53 @@ def estimate_alpha_r(
     return alpha, r, how
 
 
-def _with_ttft(rec: dict, rate: float) -> float:
-    """Aggregate rate once each request also waits its measured time to first token."""
-    ttft = rec.get("mean_ttft_ms")
+def expected_max_normal(n: int) -> float:
+    """E[max of n independent standard normals] (0 for n = 1), by numerical integration."""
+    if n <= 1:
+        return 0.0
+    step, total = 0.01, 0.0
+    for i in range(-800, 801):
+        x = i * step
+        pdf = math.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+        cdf = 0.5 * (1 + math.erf(x / math.sqrt(2)))
+        total += x * n * pdf * cdf ** (n - 1) * step
+    return total
+
+
+def tokens_per_round_moments(rec: dict, alpha: float | None = None) -> tuple[float, float]:
+    """(mean, variance) of the tokens one request emits per round: from the record's ``k_hist``
+    (realized accepted counts) unless ``alpha`` is given, else the capped geometric at α."""
+    K = int(rec["k"])
+    if alpha is None and rec.get("k_hist"):
+        probs = {int(k) + 1: float(n) for k, n in rec["k_hist"].items()}
+    else:
+        a = alpha_of(rec) if alpha is None else alpha
+        probs = {j + 1: a**j * (1 - a) for j in range(K)} | {K + 1: a**K}
+    z = sum(probs.values())
+    mean = sum(x * p for x, p in probs.items()) / z
+    return mean, sum((x - mean) ** 2 * p for x, p in probs.items()) / z
+
+
+def straggler_factor(batch: int, tokens: int, mean: float, var: float) -> float:
+    """E[max over the batch of rounds to emit ``tokens``] / E[rounds], with the round count of one
+    request taken as normal (renewal theory: mean L/μ, variance L·σ²/μ³)."""
+    if batch <= 1 or tokens <= 0 or var <= 0:
+        return 1.0
+    mu_r = tokens / mean
+    return 1.0 + math.sqrt(tokens * var / mean**3) * expected_max_normal(batch) / mu_r
+
+
+def _output_len(rec: dict) -> float | None:
     n = rec.get("output_len")
     if n is None and rec.get("total_output_tokens") and rec.get("completed"):
         n = rec["total_output_tokens"] / rec["completed"]
+    return n
+
+
+def _with_ttft(rec: dict, rate: float) -> float:
+    """Aggregate rate once each request also waits its measured time to first token."""
+    ttft = rec.get("mean_ttft_ms")
+    n = _output_len(rec)
     if ttft is None or not n:
         return rate
     b = int(rec.get("concurrency", 1))
@@ -168,6 +217,14 @@ def predict_record(
     overhead_ms = overhead_ms + step_overhead_ms
     K = int(rec["k"])
     alpha = pooled[0] if pooled else alpha_of(rec)
+    n = _output_len(rec)
+    if n:  # a wave waits for its slowest request (module docstring)
+        mean, var = tokens_per_round_moments(rec, pooled[0] if pooled else None)
+        straggle = straggler_factor(b, int(n) - 1, mean, var)
+        done_wave = done
+
+        def done(rate: float) -> float:
+            return done_wave(rate / straggle)
     e = expected_tokens(alpha, K)
     tokens = e if pooled or "accept_length" not in rec else float(rec["accept_length"])
     t_v = costs.verify_ms(K + 1, b)
@@ -183,7 +240,10 @@ def predict_record(
         t_tree += t_v  # one core: the pre-speculation cannot overlap the verification
     backups = {"neural": (e, costs.neural_backup_ms(K, b * (1 - p))), "fast": (e_miss_fast, 0.0)}
     kind = rec.get("backup", "auto")
-    if kind == "auto":  # the kind the model rates faster (what the live BackupPolicy would pick)
+    share = rec.get("neural_backup_share")
+    if kind == "auto" and share is not None and not pooled:  # own: the mix the live policy used
+        backups["auto"] = (e, share * backups["neural"][1])
+    elif kind == "auto":  # the kind the model rates faster (what the live BackupPolicy would pick)
         kind = max(
             backups, key=lambda n: ssd_rate(p, e, backups[n][0], t_v, t_tree, backups[n][1], overhead_ms, b)
         )
