@@ -27,7 +27,9 @@ keeps the estimates honest, so a changing workload (larger batches, where verifi
 costlier; text the draft predicts better) moves the choice. While plain decoding wins the worker
 parks its requests on the draft server, and trying a draft costs re-opening them: explorations are
 then 1–2 tokens, every `EXPLORE_PARKED` rounds, doubling after each one that leaves plain decoding
-the winner (up to `EXPLORE_PARKED_MAX`); a draft winning again resets the interval.
+the winner (up to `EXPLORE_PARKED_MAX`); a draft winning again resets the interval. Switching
+between plain decoding and drafting needs a predicted gain of `SWITCH_MARGIN`, since parking and
+re-opening cost more than the step rates show; within drafting the best K is taken as is.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ EXPLORE_PARKED_MAX = 1024  # the back-off's cap: a changed workload is still not
 EMA = 0.2  # weight of a new sample in a running mean
 FIT_WEIGHT_CAP = 10  # a width's weight in the line: its count, up to this
 OWN_AFTER = 3
+SWITCH_MARGIN = 0.05  # predicted gain needed to switch between plain decoding and drafting
 MAX_GAP_S = 1.0  # a longer pause between steps is idleness, not scheduler work
 
 
@@ -120,7 +123,15 @@ class AutoK:
         elif explore:
             k = self.rng.randint(1, min(2, self.k_max)) if parked else self.rng.randint(0, self.k_max)
         else:
-            k = max(range(self.k_max + 1), key=lambda k: self.predicted_rate(batch, k))
+            rates = [self.predicted_rate(batch, k) for k in range(self.k_max + 1)]
+            k = max(range(self.k_max + 1), key=rates.__getitem__)
+            drafting = max(range(1, self.k_max + 1), key=rates.__getitem__)
+            # Parking and un-parking cost re-opens and draft prefills that the step rates do not
+            # see: a near-tie keeps the bucket on its side instead of flapping.
+            if self.best.get(b) == 0 and k and rates[k] < (1 + SWITCH_MARGIN) * rates[0]:
+                k = 0
+            elif self.best.get(b, 0) > 0 and k == 0 and rates[0] < (1 + SWITCH_MARGIN) * rates[drafting]:
+                k = drafting
             self.best[b] = k
             if k:
                 self.parked_every.pop(b, None)
