@@ -1,7 +1,7 @@
 """Planner: predicted tokens/s of AR, SD and SSD from measured forward costs, and the settings to use.
 
-    python -m sglang_ssd.plan --calibration bench/results/calibration.json [--sweep bench/results/sweep.jsonl]
-                              [--alpha A] [--r R] [--batch B] [--temperature T]
+    python -m sglang_ssd.plan --calibration bench/results/calibration.json [--sweep bench/results/sweep.jsonl[,RUN2...]]
+                              [--serving-overhead] [--alpha A] [--r R] [--batch B] [--temperature T]
 
 Model (times in ms, rates in output tokens/s over the b requests of a batch; paper Theorem 7 /
 Corollary 9 / Theorem 17 with the latencies priced in ms, see ``sglang_ssd/planner/rates.py``):
@@ -314,12 +314,16 @@ def format_plan(p: Plan) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .planner.sweep import compare_sweep, estimate_alpha_r, load_sweep, saguaro_table
+    from .planner.sweep import compare_sweep, estimate_alpha_r, load_sweep, mean_of_runs, saguaro_table
 
     ap = argparse.ArgumentParser(prog="python -m sglang_ssd.plan", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     ap.add_argument("--calibration", required=True, help="JSON of bench/calibrate.py")
-    ap.add_argument("--sweep", default=None, help="JSONL of a serving sweep (α, r estimated from it)")
+    ap.add_argument("--sweep", default=None,
+                    help="JSONL of a serving sweep (α, r estimated from it); several, comma-separated: "
+                         "repeated runs, averaged per point")
+    ap.add_argument("--serving-overhead", action="store_true",
+                    help="in the sweep comparison, add the per-step serving overhead fitted from the AR rows")
     ap.add_argument("--alpha", type=float, default=None)
     ap.add_argument("--r", type=float, default=None)
     ap.add_argument("--c", type=float, default=1.0, help="miss law 1 − p_hit = c·F^−r (paper: c = 1)")
@@ -339,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     with open(args.calibration) as f:
         cal = json.load(f)
-    records = load_sweep(args.sweep) if args.sweep else []
+    runs = [load_sweep(path) for path in args.sweep.split(",") if path] if args.sweep else []
+    records = runs[0] if len(runs) == 1 else mean_of_runs(runs) if runs else []
     alpha, r, source = args.alpha, args.r, []
     if records and (alpha is None or r is None):
         est_a, est_r, how = estimate_alpha_r(records, args.temperature, args.c)
@@ -374,7 +379,11 @@ def main(argv: list[str] | None = None) -> int:
         print(format_depths(d))
     if records:
         print()
-        print(compare_sweep(records, cal, args.stat, args.overhead_ms, args.c, args.e_miss_fast))
+        checked = [x for x in records if str(x.get("k")) != "auto" and x.get("levels", 2) == 2]
+        if len(runs) > 1:
+            print(f"sweep: the mean of {len(runs)} runs, {len(checked)} points")
+        print(compare_sweep(checked, cal, args.stat, args.overhead_ms, args.c, args.e_miss_fast,
+                            serving_overhead=args.serving_overhead))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(p.to_dict(), f, indent=1)

@@ -351,3 +351,26 @@ def test_own_prediction_prices_the_backup_mix_the_live_policy_used():
     assert predict_record(dict(rec, neural_backup_share=0.0), costs) == pytest.approx(1000 * 2.0 / 10.0)
     assert predict_record(dict(rec, neural_backup_share=1.0), costs) == pytest.approx(1000 * 2.0 / 13.0)
     assert predict_record(dict(rec, neural_backup_share=0.5), costs) == pytest.approx(1000 * 2.0 / 11.5)
+
+
+def test_repeated_runs_are_averaged_per_point(tmp_path, capsys):
+    from sglang_ssd.planner.sweep import mean_of_runs
+
+    a = [{"config": "sd", "k": 3, "concurrency": 1, "temperature": 0.0, "alpha": 0.6, "output_throughput": 100.0,
+          "k_hist": {"0": 3, "3": 1}},
+         {"config": "ar", "k": 0, "concurrency": 1, "temperature": 0.0, "output_throughput": 50.0}]  # fmt: skip
+    b = [{"config": "sd", "k": 3, "concurrency": 1, "temperature": 0.0, "alpha": 0.8, "output_throughput": 140.0,
+          "k_hist": {"0": 1, "1": 2}, "neural_backup_share": 0.5}]  # fmt: skip
+    (m,) = mean_of_runs([a, b])  # AR is only in the first run: left out
+    assert m["output_throughput"] == pytest.approx(120.0) and m["alpha"] == pytest.approx(0.7)
+    assert m["k"] == 3 and m["runs"] == 2 and m["neural_backup_share"] == 0.5
+    assert m["k_hist"] == {"0": 4, "1": 2, "3": 1}
+    cal = tmp_path / "cal.json"
+    cal.write_text(json.dumps(toy_calibration(draft_ms=0.5)))
+    paths = []
+    for i, run in enumerate((a, b)):
+        paths.append(tmp_path / f"run{i}.jsonl")
+        paths[-1].write_text("\n".join(json.dumps(r) for r in run) + "\n")
+    assert main(["--calibration", str(cal), "--sweep", ",".join(map(str, paths)), "--serving-overhead"]) == 0
+    out = capsys.readouterr().out
+    assert "the mean of 2 runs, 1 points" in out and "| 120.00 |" in out
