@@ -238,8 +238,13 @@ def predict_record(
     ``step_overhead_ms``: the server's own cost per target step — scheduling, sampling, bookkeeping —
     that a bare forward calibration does not see)."""
     mode, b = record_mode(rec), int(rec.get("concurrency", 1))
+    straggle = 1.0  # AR: every request emits one token per step, no stragglers
+    if mode != "ar" and _output_len(rec):  # a wave waits for its slowest request (module docstring)
+        mean, var = tokens_per_round_moments(rec, pooled[0] if pooled else None)
+        straggle = straggler_factor(b, int(_output_len(rec)) - 1, mean, var)
 
     def done(rate: float) -> float:
+        rate /= straggle
         return _with_ttft(rec, rate) if with_ttft else rate
 
     if mode == "ar":
@@ -247,14 +252,6 @@ def predict_record(
     overhead_ms = overhead_ms + step_overhead_ms
     K = int(rec["k"])
     alpha = pooled[0] if pooled else alpha_of(rec)
-    n = _output_len(rec)
-    if n:  # a wave waits for its slowest request (module docstring)
-        mean, var = tokens_per_round_moments(rec, pooled[0] if pooled else None)
-        straggle = straggler_factor(b, int(n) - 1, mean, var)
-        done_wave = done
-
-        def done(rate: float) -> float:
-            return done_wave(rate / straggle)
     e = expected_tokens(alpha, K)
     tokens = e if pooled or "accept_length" not in rec else float(rec["accept_length"])
     t_v = costs.verify_ms(K + 1, b)

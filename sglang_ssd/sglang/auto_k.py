@@ -54,12 +54,11 @@ class AutoK:
             raise ValueError(f"auto-K needs a drafted length ≥ 1, got {k_max}")
         self.k_max = k_max
         self.seen: dict[int, set[int]] = {}  # bucket -> widths measured
-        self.means: dict[tuple[int, int], list[float]] = {}  # (bucket, 1) -> [plain step EMA ms, count]
+        self.plain: dict[int, list[float]] = {}  # bucket -> [running mean of plain steps (ms), count]
         self.ratios: dict[tuple[int, int], list[float]] = {}  # (bucket, width) -> [EMA of S(w)/S(1), count]
         self.gap_ms = 0.0
         self.accepted = 1.0  # prior: α = 0.5 over two pseudo-trials
         self.judged = 2.0
-        self.rounds = 0
         self.best: dict[int, int] = {}  # bucket -> the last K the model chose (not an exploration)
         self.until_explore: dict[int, int] = {}  # bucket -> rounds left before its next exploration
         self.parked_every: dict[int, int] = {}  # bucket -> its current parked exploration interval
@@ -78,7 +77,7 @@ class AutoK:
         """The expected whole-step time at ``width``; None until plain decoding and one other width
         were measured in the batch's bucket."""
         b = self.bucket(batch)
-        plain = self.means.get((b, 1))
+        plain = self.plain.get(b)
         if plain is None:
             return None
         if width == 1:
@@ -103,7 +102,6 @@ class AutoK:
         return None if t is None else expected_tokens(self.alpha, k) / (t + self.gap_ms)
 
     def choose(self, batch: int) -> int:
-        self.rounds += 1
         b = self.bucket(batch)
         seen = self.seen.get(b, set())
         # Plain decoding already wins here, or at a smaller batch size (verification only grows
@@ -144,10 +142,10 @@ class AutoK:
         previous step ended (None for the first); the accepted and drafted counts per request."""
         b = self.bucket(batch)
         self.seen.setdefault(b, set()).add(width)
-        plain = self.means.get((b, 1))
+        plain = self.plain.get(b)
         m = None
         if width == 1:
-            m = self.means.setdefault((b, 1), [step_ms, 0])
+            m = self.plain.setdefault(b, [step_ms, 0])
         elif plain is not None:  # (choose starts every bucket with a plain step)
             step_ms /= plain[0]
             m = self.ratios.setdefault((b, width), [step_ms, 0])
