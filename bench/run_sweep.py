@@ -361,10 +361,9 @@ def render(records: list[dict], out: Path, calibration: str | None) -> None:
     print(md)
     print("\n".join(lines))
     if calibration:
-        from sglang_ssd.planner.sweep import compare_sweep
+        from sglang_ssd.planner.sweep import checkable, compare_sweep
 
-        # auto-K has no single K to model; three-level rows have their own model (planner/depth.py)
-        checked = [r for r in records if str(r.get("k")) != "auto" and r.get("levels", 2) == 2]
+        checked = checkable(records)
         cal = json.loads(Path(calibration).read_text())
         bare = compare_sweep(checked, cal)
         served = compare_sweep(checked, cal, serving_overhead=True)

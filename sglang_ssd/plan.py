@@ -314,7 +314,7 @@ def format_plan(p: Plan) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .planner.sweep import compare_sweep, estimate_alpha_r, load_sweep, mean_of_runs, saguaro_table
+    from .planner.sweep import checkable, compare_sweep, estimate_alpha_r, load_sweep, mean_of_runs, saguaro_table
 
     ap = argparse.ArgumentParser(prog="python -m sglang_ssd.plan", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         print(format_depths(d))
     if records:
         print()
-        checked = [x for x in records if str(x.get("k")) != "auto" and x.get("levels", 2) == 2]
+        checked = checkable(records)
         if len(runs) > 1:
             print(f"sweep: the mean of {len(runs)} runs, {len(checked)} points")
         print(compare_sweep(checked, cal, args.stat, args.overhead_ms, args.c, args.e_miss_fast,

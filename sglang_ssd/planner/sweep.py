@@ -32,7 +32,7 @@ import math
 import statistics
 from pathlib import Path
 
-from ..algo.fanout import geometric_fanout, hit_probability, uniform_fanout
+from ..algo.fanout import acceptance_pmf, geometric_fanout, hit_probability, uniform_fanout
 from ..algo.policy import expected_tokens
 from .costs import CostModel
 from .rates import ar_rate, sd_rate, ssd_rate
@@ -82,6 +82,12 @@ def mean_of_runs(runs: list[list[dict]]) -> list[dict]:
         merged["runs"] = len(rs)
         out.append(merged)
     return out
+
+
+def checkable(records: list[dict]) -> list[dict]:
+    """The records the planner's sweep check models: fixed-K, two-level (auto-K has no single K;
+    three-level rows have their own model, ``planner/depth.py``)."""
+    return [r for r in records if str(r.get("k")) != "auto" and r.get("levels", 2) == 2]
 
 
 def record_mode(rec: dict) -> str | None:
@@ -189,8 +195,8 @@ def tokens_per_round_moments(rec: dict, alpha: float | None = None) -> tuple[flo
     if alpha is None and rec.get("k_hist"):
         probs = {int(k) + 1: float(n) for k, n in rec["k_hist"].items()}
     else:
-        a = alpha_of(rec) if alpha is None else alpha
-        probs = {j + 1: a**j * (1 - a) for j in range(K)} | {K + 1: a**K}
+        pmf = acceptance_pmf(alpha_of(rec) if alpha is None else alpha, K)
+        probs = {k + 1: pk for k, pk in enumerate(pmf)}
     z = sum(probs.values())
     mean = sum(x * p for x, p in probs.items()) / z
     return mean, sum((x - mean) ** 2 * p for x, p in probs.items()) / z
@@ -238,10 +244,10 @@ def predict_record(
     ``step_overhead_ms``: the server's own cost per target step — scheduling, sampling, bookkeeping —
     that a bare forward calibration does not see)."""
     mode, b = record_mode(rec), int(rec.get("concurrency", 1))
-    straggle = 1.0  # AR: every request emits one token per step, no stragglers
-    if mode != "ar" and _output_len(rec):  # a wave waits for its slowest request (module docstring)
+    straggle, n = 1.0, _output_len(rec)  # AR: every request emits one token per step, no stragglers
+    if mode != "ar" and n:  # a wave waits for its slowest request (module docstring)
         mean, var = tokens_per_round_moments(rec, pooled[0] if pooled else None)
-        straggle = straggler_factor(b, int(_output_len(rec)) - 1, mean, var)
+        straggle = straggler_factor(b, int(n) - 1, mean, var)
 
     def done(rate: float) -> float:
         rate /= straggle
