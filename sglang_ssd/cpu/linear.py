@@ -1,0 +1,194 @@
+"""Small-M CPU linear route: weight-stationary and batch-invariant (``csrc/linear.c``).
+
+A decode step and a K+1-token verify both read every weight once; torch's fp32 GEMM on AVX2 CPUs
+costs 1.3–3× more at M = 4–16 rows than at M = 1, and even its M = 1 product is far below the
+machine's read bandwidth. The kernel here reads each weight row once per call, reuses it for all
+rows, and reduces every output element in one fixed order, so row r of an M-row call is
+bit-identical to the same row computed alone.
+
+Route, from ``SGLANG_SSD_CPU_LINEAR`` (read once, at the first call):
+- ``auto`` (default): the AVX2+FMA kernel where the CPU has it, else the portable C kernel;
+- ``portable``: the portable C kernel (plain C, same reduction order);
+- ``torch``: ``torch.nn.functional.linear`` everywhere (today's path, for A/B runs).
+
+The kernel takes fp32 CPU tensors with up to ``MAX_ROWS`` rows, a single intra-op thread (it is
+single-threaded; with more torch threads torch is used), and no autograd. Anything else goes to
+torch, so the route is always safe to call. The shared library is compiled by ``make install``
+(``python -m sglang_ssd.cpu.linear --build``) or, failing that, on first use with gcc.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+log = logging.getLogger("sglang_ssd.cpu.linear")
+
+ENV = "SGLANG_SSD_CPU_LINEAR"
+ROUTES = ("auto", "torch", "portable")
+# Above this many rows (prefill) torch's blocked GEMM is the better tool, and batch invariance
+# between decode and verify needs only the small sizes.
+MAX_ROWS = 64
+
+_SOURCE = Path(__file__).with_name("csrc") / "linear.c"
+_BUILD_DIR = Path(__file__).with_name("_build")
+# -ffp-contract=off: the portable route must not have its multiply-adds fused behind our back, or
+# its order of rounding would depend on the compiler's mood.
+_CFLAGS = ["-O3", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno"]
+
+_lock = threading.Lock()
+_state: dict = {}
+_UNRESOLVED = object()
+_F32 = torch.float32
+
+
+def library_path() -> Path:
+    """Where the compiled kernel lives: keyed by the source and flags, so an edit forces a rebuild."""
+    digest = hashlib.sha256(_SOURCE.read_bytes() + " ".join(_CFLAGS).encode()).hexdigest()[:12]
+    return _BUILD_DIR / f"ssd_linear-{digest}.so"
+
+
+def build(quiet: bool = False) -> Path:
+    """Compile the kernel with the system C compiler (no download); returns the library's path."""
+    out = library_path()
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    cc = os.environ.get("CC", "gcc")
+    subprocess.run([cc, *_CFLAGS, "-o", str(tmp), str(_SOURCE)], check=True, capture_output=quiet)
+    tmp.replace(out)  # atomic: a process racing us sees either nothing or the whole library
+    return out
+
+
+def _load_library() -> ctypes.CDLL | None:
+    try:
+        lib = ctypes.CDLL(str(build(quiet=True)))
+    except (OSError, subprocess.CalledProcessError) as exc:
+        log.warning("sglang_ssd: CPU linear kernel unavailable (%s); using torch", exc)
+        return None
+    sig = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+           ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long]  # fmt: skip
+    for name in ("ssd_linear_avx2", "ssd_linear_portable"):
+        fn = getattr(lib, name)
+        fn.argtypes = sig
+        fn.restype = None
+    lib.ssd_cpu_has_avx2_fma.restype = ctypes.c_int
+    return lib
+
+
+def _resolve() -> tuple[str, object | None]:
+    """(route name, C function or None) for this process; decided once."""
+    with _lock:
+        if "route" in _state:
+            return _state["route"], _state["fn"]
+        wanted = os.environ.get(ENV, "auto").strip().lower() or "auto"
+        if wanted not in ROUTES:
+            raise ValueError(f"{ENV}={wanted!r}: expected one of {', '.join(ROUTES)}")
+        route, fn = "torch", None
+        if wanted != "torch":
+            lib = _load_library()
+            if lib is not None:
+                if wanted == "auto" and lib.ssd_cpu_has_avx2_fma():
+                    route, fn = "avx2", lib.ssd_linear_avx2
+                else:
+                    route, fn = "portable", lib.ssd_linear_portable
+        _state["route"], _state["fn"] = route, fn
+        log.info("sglang_ssd: CPU linear route: %s (%s=%s)", route, ENV, wanted)
+        return route, fn
+
+
+def route() -> str:
+    """'avx2', 'portable' or 'torch': what ``linear`` runs for the calls the kernel takes."""
+    return _resolve()[0]
+
+
+def describe() -> str:
+    r = route()
+    if r == "torch":
+        return "torch F.linear (kernel off)"
+    return f"sglang_ssd {r} kernel for fp32 rows <= {MAX_ROWS} at 1 thread, torch otherwise"
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)``; through the kernel when the route and the inputs allow.
+
+    This sits on every layer of every step, so the checks are ordered cheapest-first and the common
+    case (fp32 rows on the CPU, no autograd) costs about what torch's own dispatch does.
+    """
+    fn = _state.get("fn", _UNRESOLVED)
+    if fn is _UNRESOLVED:
+        fn = _resolve()[1]
+    if fn is None or x.dtype is not _F32 or weight.dtype is not _F32 or not x.is_cpu:
+        return F.linear(x, weight, bias)
+    k = weight.shape[-1]
+    rows = x.numel() // k if k else 0
+    if (
+        rows == 0
+        or rows > MAX_ROWS
+        or x.shape[-1] != k
+        or not weight.is_contiguous()
+        or weight.dim() != 2
+        or (bias is not None and (bias.dtype is not _F32 or not bias.is_contiguous()))
+        or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
+        or torch.get_num_threads() != 1
+    ):
+        return F.linear(x, weight, bias)
+    return run(fn, x, weight, bias)
+
+
+def run(fn, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """Call one C route (``kernels()[name]``) on checked inputs; rows may have any stride."""
+    n_out, k = weight.shape
+    if x.dim() == 2 and x.stride(1) == 1:
+        x2, ld = x, x.stride(0)  # row-strided views (slices of a wider buffer) need no copy
+    else:
+        x2 = x.reshape(-1, k)
+        if not x2.is_contiguous():
+            x2 = x2.contiguous()
+        ld = k
+    rows = x2.shape[0]
+    y = torch.empty((*x.shape[:-1], n_out), dtype=_F32)
+    fn(x2.data_ptr(), ld, weight.data_ptr(), 0 if bias is None else bias.data_ptr(), y.data_ptr(), n_out, rows, n_out, k)
+    return y
+
+
+def kernels() -> dict[str, object]:
+    """Every C route this CPU can run, by name (for tests and benchmarks; serving uses ``linear``)."""
+    lib = _state.get("lib") or _load_library()
+    if lib is None:
+        return {}
+    _state["lib"] = lib
+    out = {"portable": lib.ssd_linear_portable}
+    if lib.ssd_cpu_has_avx2_fma():
+        out["avx2"] = lib.ssd_linear_avx2
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m sglang_ssd.cpu.linear", description=__doc__.split("\n")[0])
+    ap.add_argument("--build", action="store_true", help="compile the kernel now (make install does)")
+    args = ap.parse_args(argv)
+    if args.build:
+        try:
+            print(f"sglang_ssd: CPU linear kernel built: {build()}")
+        except (OSError, subprocess.CalledProcessError) as exc:
+            # Not fatal: every call then goes to torch, and the log says so.
+            print(f"sglang_ssd: CPU linear kernel not built ({exc}); torch will be used", file=sys.stderr)
+    print(f"sglang_ssd: CPU linear route: {describe()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,128 @@
+"""The small-M CPU linear route: batch invariance bit for bit, agreement with torch, safe fallbacks.
+
+Batch invariance is the property that makes greedy speculation exact by construction on the
+kernel's side: a row's output must not depend on how many other rows share the call or where the
+row sits. Both C routes (AVX2+FMA where the CPU has it, and the portable one) are checked.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from sglang_ssd.cpu import linear as cpu_linear
+
+ROOT = Path(__file__).resolve().parents[2]
+KERNELS = cpu_linear.kernels()
+# Odd sizes on purpose: k tails (K % 8), partial register tiles (N % 4, N % 8), M across chunks.
+SHAPES = [(576, 960), (1536, 576), (13, 7), (8, 9), (77, 33), (5, 1), (64, 130)]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_the_kernel_builds_here():
+    # gcc is on every machine this project supports; a missing kernel would silently mean torch.
+    assert "portable" in KERNELS
+
+
+@pytest.mark.parametrize("route", sorted(KERNELS))
+@pytest.mark.parametrize("k,n", SHAPES)
+def test_rows_are_bit_identical_whatever_the_batch(route, k, n):
+    fn = KERNELS[route]
+    g = torch.Generator().manual_seed(k * 1000 + n)
+    w = torch.randn(n, k, generator=g)
+    b = torch.randn(n, generator=g)
+    x = torch.randn(40, k, generator=g)
+    alone = torch.cat([cpu_linear.run(fn, x[i : i + 1], w, b) for i in range(40)])
+    for m in list(range(1, 17)) + [23, 40]:
+        for start in (0, 40 - m):
+            got = cpu_linear.run(fn, x[start : start + m], w, b)
+            assert torch.equal(got, alone[start : start + m]), (route, k, n, m, start)
+
+
+@pytest.mark.parametrize("route", sorted(KERNELS))
+def test_non_contiguous_inputs_give_the_same_bits(route):
+    fn = KERNELS[route]
+    g = torch.Generator().manual_seed(1)
+    w = torch.randn(48, 96, generator=g)
+    wide = torch.randn(12, 200, generator=g)
+    x = wide[:, 10:106]  # row-strided view
+    xt = torch.randn(96, 12, generator=g).t()  # column-strided: copied first
+    x3 = torch.randn(3, 4, 96, generator=g)[:, ::2]  # 3-d, strided batch
+    for inp in (x, xt, x3):
+        assert not inp.is_contiguous()
+        got = cpu_linear.run(fn, inp, w, None)
+        ref = torch.cat([cpu_linear.run(fn, r.contiguous().view(1, -1), w, None) for r in inp.reshape(-1, 96)])
+        assert got.shape == (*inp.shape[:-1], 48)
+        assert torch.equal(got.reshape(-1, 48), ref)
+
+
+@pytest.mark.parametrize("route", sorted(KERNELS))
+@pytest.mark.parametrize("k,n", SHAPES)
+def test_agrees_with_torch_within_fp32_tolerance(route, k, n):
+    g = torch.Generator().manual_seed(7)
+    w = torch.randn(n, k, generator=g) / k**0.5
+    b = torch.randn(n, generator=g)
+    x = torch.randn(9, k, generator=g)
+    got = cpu_linear.run(KERNELS[route], x, w, b)
+    # Different summation order than MKL: agreement to a few ulps of the row's magnitude, not bits.
+    torch.testing.assert_close(got, F.linear(x, w, b), rtol=1e-5, atol=1e-5 * k**0.5)
+
+
+def test_linear_uses_the_kernel_for_small_fp32_batches():
+    if cpu_linear.route() == "torch":
+        pytest.skip(f"{cpu_linear.ENV}=torch in this environment")
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(20, 33, generator=g)
+    x = torch.randn(5, 33, generator=g)
+    fn = KERNELS[cpu_linear.route()]
+    assert torch.equal(cpu_linear.linear(x, w), cpu_linear.run(fn, x, w, None))
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["bf16", "grad", "many_rows", "threads"],
+)
+def test_everything_else_falls_back_to_torch_exactly(case):
+    g = torch.Generator().manual_seed(4)
+    w = torch.randn(16, 24, generator=g)
+    x = torch.randn(3, 24, generator=g)
+    if case == "bf16":
+        w, x = w.bfloat16(), x.bfloat16()
+    elif case == "grad":
+        x.requires_grad_(True)
+    elif case == "many_rows":
+        x = torch.randn(cpu_linear.MAX_ROWS + 1, 24, generator=g)
+    elif case == "threads":
+        torch.set_num_threads(2)
+    with torch.set_grad_enabled(case == "grad"):
+        got = cpu_linear.linear(x, w)
+        ref = F.linear(x, w)
+    assert got.dtype == ref.dtype
+    assert torch.equal(got, ref)
+
+
+def _route_in_child(value: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, cpu_linear.ENV: value, "PYTHONPATH": str(ROOT)}
+    code = "from sglang_ssd.cpu import linear; print(linear.route())"
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_off_switch_and_bad_value():
+    assert _route_in_child("torch").stdout.strip() == "torch"
+    assert _route_in_child("portable").stdout.strip() == "portable"
+    bad = _route_in_child("fastest")
+    assert bad.returncode != 0
+    assert "SGLANG_SSD_CPU_LINEAR='fastest': expected one of auto, torch, portable" in bad.stderr
