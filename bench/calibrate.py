@@ -34,10 +34,12 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from sglang_ssd.cpu import linear as cpu_linear  # noqa: E402
 from sglang_ssd.draft.config import ModelConfig  # noqa: E402
 from sglang_ssd.draft.model import DraftModel, Span  # noqa: E402
 from sglang_ssd.draft.request import RequestState, Stage  # noqa: E402
@@ -96,13 +98,20 @@ def machine_info() -> dict:
 # ---- target ---------------------------------------------------------------------------------------
 
 
-def calibrate_target(folder: Path, context: int, max_n: int, batches: list[int], repeats: int) -> dict:
+def calibrate_target(
+    folder: Path, context: int, max_n: int, batches: list[int], repeats: int, compare_torch: bool = False
+) -> dict:
+    """T_v(n) through the linear route the server uses (``sglang_ssd.cpu.linear``); with
+    ``compare_torch`` the same forwards through plain ``F.linear`` too, interleaved with them."""
     import transformers
     from transformers import AutoModelForCausalLM, DynamicCache
 
     t0 = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     cfg = model.config
+    impl = {"fn": cpu_linear.linear}
+    n_routed = cpu_linear.route_module(model, impl)
+    log(f"target linears ({n_routed}, head included): {cpu_linear.describe()}")
     log(f"target {folder}: {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, vocab {cfg.vocab_size}, "
         f"float32, transformers {transformers.__version__} (loaded in {time.perf_counter() - t0:.1f} s)")  # fmt: skip
     g = torch.Generator().manual_seed(0)
@@ -113,6 +122,7 @@ def calibrate_target(folder: Path, context: int, max_n: int, batches: list[int],
         "vocab_size": cfg.vocab_size,
         "dtype": "float32",
         "runner": f"transformers {transformers.__version__}",
+        "linear_route": cpu_linear.describe(),
         "verify_ms_by_batch": {},
     }
     for b in batches:
@@ -124,13 +134,21 @@ def calibrate_target(folder: Path, context: int, max_n: int, batches: list[int],
         log(f"  batch {b}: prefill of {context} tokens in {(time.perf_counter() - t0) * 1e3:.0f} ms")
         new = torch.randint(0, cfg.vocab_size, (b, max_n), generator=g)
 
-        def verify(n: int, cache=cache, new=new, b=b) -> None:
+        def verify(n: int, fn=cpu_linear.linear, cache=cache, new=new, b=b) -> None:
+            impl["fn"] = fn
             pos = torch.arange(context, context + n).expand(b, n)
             with torch.inference_mode():
                 model(input_ids=new[:, :n], past_key_values=cache, use_cache=True, position_ids=pos)
             cache.crop(-n)  # the next timing starts from the same context
 
-        med, mn = interleaved({str(n): (lambda n=n: verify(n)) for n in range(1, max_n + 1)}, repeats)
+        fns = {str(n): (lambda n=n: verify(n)) for n in range(1, max_n + 1)}
+        if compare_torch:
+            fns |= {f"torch{n}": (lambda n=n: verify(n, F.linear)) for n in range(1, max_n + 1)}
+        med, mn = interleaved(fns, repeats)
+        if compare_torch:
+            old = [med[f"torch{n}"] for n in range(1, max_n + 1)]
+            out.setdefault("verify_ms_torch_route_by_batch", {})[str(b)] = old
+            log(f"  batch {b}: torch route T_v(n) ms " + " ".join(f"{n}:{t:.1f}" for n, t in enumerate(old, 1)))
         row = [med[str(n)] for n in range(1, max_n + 1)]
         out["verify_ms_by_batch"][str(b)] = row
         out.setdefault("verify_min_ms_by_batch", {})[str(b)] = [mn[str(n)] for n in range(1, max_n + 1)]
@@ -295,6 +313,33 @@ def calibrate_l0(path: Path, context: int, m: int, repeats: int) -> dict:
             "min_ms_per_token": min(times)}  # fmt: skip
 
 
+CURVE_PREFIX = "    verify curve: T_v(n)/T_v(1) for n = 1..8 = "
+
+
+def curve_line(target: dict) -> str:
+    """The fixed-form line bench/README.md carries (batch 1, the route the server uses)."""
+    row = target["verify_ms_by_batch"]["1"][:8]
+    line = CURVE_PREFIX + " ".join(f"{t / row[0]:.2f}" for t in row)
+    line += f" (bare forward, {target['linear_route']})"
+    old = target.get("verify_ms_torch_route_by_batch", {}).get("1")
+    if old:
+        line += ("; torch route " + " ".join(f"{t / old[0]:.2f}" for t in old[:8])
+                 + f"; T_v(1) {row[0]:.1f} ms vs {old[0]:.1f} ms on the torch route")  # fmt: skip
+    return line
+
+
+def update_readme_curve(line: str) -> None:
+    readme = ROOT / "bench" / "README.md"
+    lines = readme.read_text().splitlines()
+    hits = [i for i, text in enumerate(lines) if text.startswith(CURVE_PREFIX)]
+    if not hits:
+        log(f"{readme}: no line starting {CURVE_PREFIX.strip()!r}; not updated")
+        return
+    lines[hits[0]] = line
+    readme.write_text("\n".join(lines) + "\n")
+    log(f"{readme}: verify curve line updated")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default=str(ROOT / "models" / "target"))
@@ -315,6 +360,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "calibration.json"))
     ap.add_argument("--l0", default=str(ROOT / "models" / "ngram.json"), help="n-gram L0 to time (if present)")
     ap.add_argument("--l0-only", action="store_true", help="time L0 only and add it to an existing --out JSON")
+    ap.add_argument("--no-readme", action="store_true", help="do not update bench/README.md's verify curve line")
+    ap.add_argument("--compare-torch", action="store_true",
+                    help="also time the target through plain F.linear (today's route), interleaved")  # fmt: skip
     args = ap.parse_args(argv)
     if args.context < 1:
         raise ValueError(f"context must be ≥ 1, got {args.context}")
@@ -346,7 +394,9 @@ def main(argv: list[str] | None = None) -> None:
         "context": args.context,
         "repeats": repeats,
         "quick": args.quick,
-        "target": calibrate_target(Path(args.target), args.context, args.max_n, target_batches, repeats),
+        "target": calibrate_target(
+            Path(args.target), args.context, args.max_n, target_batches, repeats, args.compare_torch
+        ),
     }
     if args.skip_draft:
         result["draft"] = None
@@ -368,6 +418,10 @@ def main(argv: list[str] | None = None) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     log(f"wrote {out} in {result['elapsed_s']} s (load average at the end {info['loadavg_end'][0]:.2f})")
+    line = curve_line(result["target"])
+    log(line.strip())
+    if not args.no_readme:
+        update_readme_curve(line)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import logging
 import os
 import subprocess
 import sys
@@ -31,7 +30,6 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-log = logging.getLogger("sglang_ssd.cpu.linear")
 
 ENV = "SGLANG_SSD_CPU_LINEAR"
 ROUTES = ("auto", "torch", "portable")
@@ -74,7 +72,7 @@ def _load_library() -> ctypes.CDLL | None:
     try:
         lib = ctypes.CDLL(str(build(quiet=True)))
     except (OSError, subprocess.CalledProcessError) as exc:
-        log.warning("sglang_ssd: CPU linear kernel unavailable (%s); using torch", exc)
+        print(f"sglang_ssd: CPU linear kernel unavailable ({exc}); using torch", file=sys.stderr, flush=True)
         return None
     sig = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
            ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long]  # fmt: skip
@@ -103,7 +101,9 @@ def _resolve() -> tuple[str, object | None]:
                 else:
                     route, fn = "portable", lib.ssd_linear_portable
         _state["route"], _state["fn"] = route, fn
-        log.info("sglang_ssd: CPU linear route: %s (%s=%s)", route, ENV, wanted)
+        # stderr, not logging: SGLang's processes show only their own loggers, and which route
+        # served a run must be visible in its log (benchmarks compare the two).
+        print(f"sglang_ssd: CPU linear route: {route} ({ENV}={wanted}, pid {os.getpid()})", file=sys.stderr, flush=True)
         return route, fn
 
 
@@ -172,6 +172,21 @@ def kernels() -> dict[str, object]:
     if lib.ssd_cpu_has_avx2_fma():
         out["avx2"] = lib.ssd_linear_avx2
     return out
+
+
+def route_module(module: torch.nn.Module, impl: dict | None = None) -> int:
+    """Send every ``nn.Linear`` of ``module`` (e.g. a transformers model) through ``linear``.
+
+    ``impl`` (optional) is a dict whose ``"fn"`` entry is called instead, read at each call, so a
+    benchmark can switch routes in one process. Returns the number of linears rerouted.
+    """
+    impl = impl if impl is not None else {"fn": linear}
+    count = 0
+    for mod in module.modules():
+        if isinstance(mod, torch.nn.Linear):
+            mod.forward = lambda x, m=mod: impl["fn"](x, m.weight, m.bias)
+            count += 1
+    return count
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -126,3 +126,30 @@ def test_off_switch_and_bad_value():
     bad = _route_in_child("fastest")
     assert bad.returncode != 0
     assert "SGLANG_SSD_CPU_LINEAR='fastest': expected one of auto, torch, portable" in bad.stderr
+
+
+def test_sglang_hooks_send_cpu_linears_and_the_head_to_the_route():
+    from types import SimpleNamespace
+
+    from sglang_ssd.cpu import linear_hooks
+
+    g = torch.Generator().manual_seed(5)
+    w = torch.randn(24, 16, generator=g)
+    x = torch.randn(3, 16, generator=g)
+
+    def original(*args, **kwargs):
+        return "sglang's own"
+
+    want = cpu_linear.linear(x, w)
+    layer = SimpleNamespace(weight=w)
+    assert torch.equal(linear_hooks.linear_apply_hook(original, None, layer, x), want)
+    amx = SimpleNamespace(weight=w, use_intel_amx_backend=True)
+    assert linear_hooks.linear_apply_hook(original, None, amx, x) == "sglang's own"
+
+    processor = SimpleNamespace(rl_on_policy_target=None)
+    head = SimpleNamespace(weight=w, quant_method=None)
+    assert torch.equal(linear_hooks.lm_head_hook(original, processor, x, head), want)
+    bias = torch.zeros(24)
+    assert linear_hooks.lm_head_hook(original, processor, x, head, bias) == "sglang's own"
+    lora = SimpleNamespace(weight=w, quant_method=None, set_lora=None)
+    assert linear_hooks.lm_head_hook(original, processor, x, lora) == "sglang's own"
