@@ -30,7 +30,6 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-
 ENV = "SGLANG_SSD_CPU_LINEAR"
 ROUTES = ("auto", "torch", "portable")
 # Above this many rows (prefill) torch's blocked GEMM is the better tool, and batch invariance
