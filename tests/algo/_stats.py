@@ -55,3 +55,49 @@ def chi_square(samples: torch.Tensor, law: torch.Tensor, min_expected: float = 5
         )
     )
     return Fit(pvalue, tv, chi2, df, n)
+
+
+# ---- power -------------------------------------------------------------------------------------------
+#
+# Pearson's statistic on n draws from a law g, tested against f, is about non-central chi-square with
+# df degrees of freedom and non-centrality lam = n * chi2(g || f). By Cauchy-Schwarz
+# chi2(g || f) >= (sum |g - f|)^2 = 4 TV(g, f)^2, so lam >= 4 n TV^2 whatever shape the bias has.
+# detectable_tv is the smallest TV that a level-alpha test rejects with the given power (Patnaik's
+# approximation of the non-central law; the bound holds on the cells as pooled).
+
+
+def _upper(df: float, x: float) -> float:
+    """P(chi2_df > x)."""
+    return float(
+        torch.special.gammaincc(
+            torch.tensor(df / 2.0, dtype=torch.float64), torch.tensor(x / 2.0, dtype=torch.float64)
+        )
+    )
+
+
+def _bisect(f, lo: float, hi: float, iters: int = 100) -> float:
+    """The root of an increasing f on [lo, hi]."""
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if f(mid) < 0 else (lo, mid)
+    return hi
+
+
+def critical_value(df: int, alpha: float) -> float:
+    return _bisect(lambda x: alpha - _upper(df, x), 0.0, df + 50.0 * (df + 10) ** 0.5 + 100.0)
+
+
+def power(df: int, lam: float, alpha: float) -> float:
+    """P(reject) at non-centrality ``lam`` (Patnaik: lam-shifted chi2 ~ c * chi2_h)."""
+    crit = critical_value(df, alpha)
+    c = (df + 2 * lam) / (df + lam)
+    h = (df + lam) ** 2 / (df + 2 * lam)
+    return _upper(h, crit / c)
+
+
+def detectable_tv(df: int, n: int, alpha: float, want: float = 0.9) -> float:
+    """Smallest TV bias detected with probability ``want`` by a level-``alpha`` test of n draws."""
+    if df <= 0:
+        return 1.0
+    lam = _bisect(lambda x: power(df, x, alpha) - want, 0.0, 1e3 * (df + 10.0))
+    return (lam / (4.0 * n)) ** 0.5
