@@ -9,7 +9,7 @@ ROUTE  ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
 STAMP  := $(VENV)/.installed-$(ROUTE)
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: install models demo test test-fast bench gpu-check lint clean
+.PHONY: install models demo test test-fast mutants bench gpu-check lint clean
 
 install: $(STAMP)
 
@@ -46,11 +46,16 @@ models/ngram.json: models/target/config.json
 demo: models
 	$(PY) -m sglang_ssd.demo
 
+# Under `make test` a missing model folder is a failure, not a skip (tests/model_paths.py).
 test: models
-	$(PY) -m pytest -q --durations=15
+	SSD_REQUIRE_MODELS=1 $(PY) -m pytest -q --durations=15
 
 test-fast: install
 	$(PY) -m pytest -q -m "not server" --ignore=tests/e2e
+
+# Every planted bug of tests/mutants against the exactness tests; `make test` runs a fast subset.
+mutants: install
+	$(PY) -m tests.mutants.run
 
 bench: models
 	$(PY) bench/run_sweep.py

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from sglang_ssd.prompts import BENCH_PLACEHOLDER, KINDS, Prompt, export_bench_dataset, load_prompts
+from tests.model_paths import require_model
 
 TARGET = Path(__file__).resolve().parents[1] / "models" / "target"
 
@@ -94,8 +95,8 @@ def _custom_loader():
     return sample_custom_requests
 
 
-@pytest.mark.skipif(not (TARGET / "tokenizer.json").exists(), reason="target tokenizer not present")
 def test_export_parses_with_bench_serving_loader(tmp_path):
+    require_model(TARGET, "tokenizer.json")
     from transformers import AutoTokenizer
 
     sample_custom_requests = _custom_loader()

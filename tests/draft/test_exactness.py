@@ -21,6 +21,7 @@ from sglang_ssd.draft.request import Stage
 from sglang_ssd.draft.sampler import proposal, sample
 from sglang_ssd.draft.tree import num_top, q_to_full
 from sglang_ssd.wire.messages import DraftParams, OutcomeMsg
+from tests.model_paths import require_model
 
 Q_ATOL = 2e-5
 
@@ -175,11 +176,8 @@ def test_planner_fanouts_stay_exact(tiny_llama, fanout):
 DRAFT = Path(__file__).resolve().parents[2] / "models" / "draft"
 
 
-@pytest.mark.skipif(
-    not (DRAFT / "config.json").is_file(),
-    reason="real draft model folder models/draft not present (the draft model is trained separately)",
-)
 def test_real_draft_model_branches_equal_plain_decoding():
+    require_model(DRAFT)
     model = DraftModel(DRAFT, kv_mem_mb=256)
     engine = DraftEngine(model, EngineConfig(k=3, fanout_list=[2, 1, 1, 1], saguaro_c=0.5, backup="neural"))
     checked = run_rounds(engine, random.Random(1), n_requests=2, rounds=2,

@@ -11,6 +11,7 @@ from sglang_ssd.draft.config import ModelConfig
 from sglang_ssd.draft.kv_pool import KVPool, PoolExhausted
 from sglang_ssd.draft.model import DraftModel, Span
 from sglang_ssd.draft.random_model import write_random_model
+from tests.model_paths import require_model
 
 from .conftest import TINY
 
@@ -110,8 +111,8 @@ def test_kv_pool_allocator(tiny_llama):
     assert pool.used_slots == 0 and pool.free_slots() == 256 and len(pool._free) == 1
 
 
-@pytest.mark.skipif(not (TARGET / "config.json").is_file(), reason="target model folder /work/main/models/target not present")
 def test_target_folder_loads_and_matches_transformers():
+    require_model(TARGET)
     cfg = ModelConfig.from_folder(TARGET)
     # SmolLM2-135M: tied embeddings, rope_theta 1e5, 9 query / 3 KV heads.
     assert cfg.tie_word_embeddings and cfg.rope_theta == 100000.0 and (cfg.num_heads, cfg.num_kv_heads) == (9, 3)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.e2e.conftest import greedy_tokens
+
+pytestmark = pytest.mark.server  # starts real SGLang servers
 
 
 def test_ar_server_matches_transformers_greedy(ar_server, equality_prompts, hf_greedy):

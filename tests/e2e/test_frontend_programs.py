@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from tests.e2e.frontend_programs import run_all
+
+pytestmark = pytest.mark.server  # starts real SGLang servers
 
 
 def test_frontend_programs_equal_ar(ssd_server, ar_server):

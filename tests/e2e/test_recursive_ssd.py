@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from sglang_ssd.wire.client import DraftClient
 from tests.e2e.conftest import greedy_tokens
+
+pytestmark = pytest.mark.server  # starts real SGLang servers
 
 
 def test_three_level_batch1_matches_reference(ssd3_server, equality_prompts, hf_greedy):

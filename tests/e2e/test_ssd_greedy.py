@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from tests.e2e.conftest import NEW_TOKENS, greedy_tokens
+
+pytestmark = pytest.mark.server  # starts real SGLang servers
 
 
 def test_ssd_batch1_matches_reference(ssd_server, equality_prompts, hf_greedy):

@@ -14,6 +14,7 @@ from sglang_ssd.models.draft_eval import chain_replay
 from sglang_ssd.models.draft_model import SubsetHead, load_draft
 from sglang_ssd.models.draft_prompts import HELD_OUT, held_out_prompts, training_prompts
 from sglang_ssd.models.draft_train import choose_vocab
+from tests.model_paths import require_model
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "models" / "target"
@@ -70,8 +71,7 @@ def test_held_out_prompts_are_not_training_prompts():
 
 @pytest.fixture(scope="module")
 def draft_dir(tmp_path_factory):
-    if not (TARGET / "model.safetensors").is_file():
-        pytest.skip("models/target is missing (python -m sglang_ssd.models.convert --out models/target)")
+    require_model(TARGET, "model.safetensors")
     if not DEFAULT_WEIGHTS.is_file():
         pytest.fail(f"shipped draft weights missing: {DEFAULT_WEIGHTS}")
     return build(TARGET, tmp_path_factory.mktemp("draft") / "draft")
