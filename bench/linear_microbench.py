@@ -62,10 +62,10 @@ def target_shapes(folder: Path) -> dict[str, tuple[int, int]]:
     }
 
 
-def roofline(seconds: float = 1.0) -> dict:
+def roofline() -> dict:
     """One core's streaming read bandwidth (GB/s) and fp32 FMA rate (G FMA/s), best of a few runs."""
     lib_path = Path(tempfile.mkdtemp()) / "roofline.so"
-    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(lib_path), str(ROOT / "bench/csrc/roofline.c")],
+    subprocess.run(["gcc", "-O3", "-shared", "-fPIC", "-o", str(lib_path), str(ROOT / "bench/csrc/roofline.c")],
                    check=True)  # fmt: skip
     lib = ctypes.CDLL(str(lib_path))
     lib.probe_stream_read.argtypes = [ctypes.c_void_p, ctypes.c_long]
@@ -75,16 +75,16 @@ def roofline(seconds: float = 1.0) -> dict:
     buf = torch.randn(512 << 20 >> 2)  # 512 MB: nothing of it stays in cache between passes
     best_bw = 0.0
     for _ in range(5):
-        t0 = time.perf_counter()
+        t0 = clock()
         lib.probe_stream_read(buf.data_ptr(), buf.numel())
-        best_bw = max(best_bw, buf.numel() * 4 / (time.perf_counter() - t0) / 1e9)
+        best_bw = max(best_bw, buf.numel() * 4 / (clock() - t0) / 1e9)
     del buf
     iters = 20_000_000
     best_fma = 0.0
     for _ in range(5):
-        t0 = time.perf_counter()
+        t0 = clock()
         lib.probe_fma(iters)
-        best_fma = max(best_fma, iters * 12 * 8 / (time.perf_counter() - t0) / 1e9)
+        best_fma = max(best_fma, iters * 12 * 8 / (clock() - t0) / 1e9)
     return {"read_gb_s": round(best_bw, 2), "fma_g_per_s": round(best_fma, 2)}
 
 
@@ -121,16 +121,20 @@ def compiled_route(w: torch.Tensor):
     return torch.compile(lin, mode="max-autotune-no-cudagraphs", dynamic=False)
 
 
+CLOCKS = {"wall": time.perf_counter, "thread": time.thread_time}
+clock = time.perf_counter
+
+
 def measure(routes: dict, x: torch.Tensor, copies: int, repeats: int) -> dict[str, float]:
-    """Median ms per single product, routes interleaved repeat by repeat."""
+    """Median ms per single product, routes interleaved repeat by repeat (on ``clock``)."""
     for fn in routes.values():
         fn(x)
     times: dict[str, list[float]] = {k: [] for k in routes}
     for _ in range(repeats):
         for name, fn in routes.items():
-            t0 = time.perf_counter()
+            t0 = clock()
             fn(x)
-            times[name].append((time.perf_counter() - t0) * 1e3 / copies)
+            times[name].append((clock() - t0) * 1e3 / copies)
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -140,10 +144,13 @@ def run(args) -> dict:
     roof = roofline()
     print(f"roofline: read {roof['read_gb_s']} GB/s, FMA {roof['fma_g_per_s']} G/s (one core)", flush=True)
     ms_list = [1, 2, 4, 8, 16] if args.quick else list(range(1, 17))
-    names = ["torch", "openblas", "onednn", "kernel"]
-    out = {"roofline": roof, "kernel_route": cpu_linear.describe(), "shapes": {}, "loadavg": list(os.getloadavg())}
+    names = args.routes.split(",")
+    out = {"roofline": roof, "kernel_route": cpu_linear.describe(), "clock": args.clock, "shapes": {},
+           "loadavg": list(os.getloadavg())}  # fmt: skip
     g = torch.Generator().manual_seed(0)
     for name, (k, n) in shapes.items():
+        if args.shapes and name not in args.shapes.split(","):
+            continue
         copies = max(1, -(-ROTATE_BYTES // (n * k * 4)))
         ws = [torch.randn(n, k, generator=g) / k**0.5 for _ in range(copies)]
         routes = make_routes(names, ws, [])
@@ -241,7 +248,14 @@ def main() -> int:
     ap.add_argument("--compile", action="store_true", help="also time torch.compile's C++ GEMM template")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "linear_microbench.json"))
     ap.add_argument("--no-readme", action="store_true")
+    ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                    help="thread = this thread's CPU time: on a shared machine it leaves out time the "
+                    "thread was not running (not memory contention)")  # fmt: skip
+    ap.add_argument("--shapes", default="", help="comma-separated subset of qkv,o,gate_up,down,head")
+    ap.add_argument("--routes", default="torch,openblas,onednn,kernel")
     args = ap.parse_args()
+    global clock
+    clock = CLOCKS[args.clock]
     if args.quick:
         args.repeats = min(args.repeats, 3)
     out = run(args)

@@ -24,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from sglang_ssd.cpu import linear as cpu_linear  # noqa: E402
 from sglang_ssd.prompts import export_bench_dataset  # noqa: E402
 from sglang_ssd.sglang.server_process import CPU_SERVER_ARGS, SGLangServer  # noqa: E402
 
@@ -212,7 +213,27 @@ def headline(records: list[dict]) -> list[str]:
                 lines.append(f"3-level {deep.upper()}/{flat.upper()} (T={t:g}, c=1) = "
                              f"{at[deep]['output_throughput'] / at[flat]['output_throughput']:.2f}")
     lines += auto_k_lines(records)
+    lines += route_lines(records)
     return lines
+
+
+def route_lines(records: list[dict]) -> list[str]:
+    """Each `NAME@torch` configuration against NAME (default route) at every point, and the verify
+    step inside the server against AR's step (median TPOT) on the same route at c = 1."""
+    out = []
+    at = {(r["config"], r["temperature"], r["concurrency"]): r for r in records}
+    for (name, t, c), r in sorted(at.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+        base, _, route = name.partition("@")
+        new = at.get((base, t, c))
+        if route and new:
+            out.append(f"route {base} T={t:g} c={c}: default/{route} = "
+                       f"{new['output_throughput'] / r['output_throughput']:.2f}")
+    for suffix in ("", "@torch"):
+        ssd, ar = at.get((f"ssd{suffix}", 0.0, 1)), at.get((f"ar{suffix}", 0.0, 1))
+        if ssd and ar and ssd.get("verify_ms") and ar.get("median_tpot_ms"):
+            out.append(f"verify step{suffix or ' (default route)'}: K = {ssd['k']} verify {ssd['verify_ms']:.1f} ms "
+                       f"= {ssd['verify_ms'] / ar['median_tpot_ms']:.2f}x AR's step ({ar['median_tpot_ms']:.1f} ms TPOT), c = 1, T = 0")
+    return out
 
 
 def auto_k_lines(records: list[dict]) -> list[str]:
@@ -306,6 +327,13 @@ def main(argv: list[str] | None = None) -> int:
     names += [f"ssd_k{k}" for k in args.k_variants.split(",") if k and f"ssd_k{k}" not in names]
     if args.ablations:
         names += [n for n in all_cfgs if n.startswith("ssd_") and n not in names]
+    # `NAME@ROUTE` runs configuration NAME with the CPU linear route ROUTE (e.g. `ar@torch`: today's
+    # F.linear path) on the target and its draft server, next to NAME on the default route.
+    for n in names:
+        base, _, route = n.partition("@")
+        if route and base in all_cfgs and route in cpu_linear.ROUTES:
+            extra, meta = all_cfgs[base]
+            all_cfgs[n] = (extra, {**meta, "linear_route": route})
     unknown = [n for n in names if n not in all_cfgs]
     if unknown:
         print(f"error: --configs: unknown configuration {unknown[0]!r} (known: {', '.join(all_cfgs)})",
@@ -318,8 +346,10 @@ def main(argv: list[str] | None = None) -> int:
         for i, name in enumerate(names, 1):
             extra_args, _ = all_cfgs[name]
             print(f"[{i}/{len(names)}] starting {name} ...", flush=True)
+            route = all_cfgs[name][1].get("linear_route")
             servers[name] = SGLangServer(["--model-path", args.target, *CPU_SERVER_ARGS, *extra_args],
-                                         cpu_cores={0}, log_path=f"/tmp/sweep_{name}.log").start()
+                                         cpu_cores={0}, log_path=f"/tmp/sweep_{name}.log",
+                                         env={cpu_linear.ENV: route} if route else None).start()
         points = [(float(t), int(c)) for t in args.temperatures.split(",") for c in args.concurrency.split(",")]
         total, done, t0 = len(points) * len(names), 0, time.perf_counter()
         with jsonl.open("w") as f:

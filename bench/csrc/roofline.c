@@ -13,15 +13,23 @@ __attribute__((target("avx2,fma"))) float probe_stream_read(const float *p, long
     return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
 }
 
-/* iters x 12 independent 8-lane FMAs on registers: the core's FMA throughput with no memory at all. */
+/* iters x 12 independent 8-lane FMAs on named registers: the core's FMA throughput with no memory. */
 __attribute__((target("avx2,fma"))) float probe_fma(long iters) {
-    __m256 a[12];
     __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
-    for (int i = 0; i < 12; ++i) a[i] = _mm256_set1_ps((float)i);
-    for (long t = 0; t < iters; ++t)
-        for (int i = 0; i < 12; ++i) a[i] = _mm256_fmadd_ps(a[i], x, y);
-    for (int i = 1; i < 12; ++i) a[0] = _mm256_add_ps(a[0], a[i]);
+    __m256 a0 = _mm256_set1_ps(0.f), a1 = _mm256_set1_ps(1.f), a2 = _mm256_set1_ps(2.f),
+           a3 = _mm256_set1_ps(3.f), a4 = _mm256_set1_ps(4.f), a5 = _mm256_set1_ps(5.f),
+           a6 = _mm256_set1_ps(6.f), a7 = _mm256_set1_ps(7.f), a8 = _mm256_set1_ps(8.f),
+           a9 = _mm256_set1_ps(9.f), a10 = _mm256_set1_ps(10.f), a11 = _mm256_set1_ps(11.f);
+    for (long t = 0; t < iters; ++t) {
+        a0 = _mm256_fmadd_ps(a0, x, y); a1 = _mm256_fmadd_ps(a1, x, y); a2 = _mm256_fmadd_ps(a2, x, y);
+        a3 = _mm256_fmadd_ps(a3, x, y); a4 = _mm256_fmadd_ps(a4, x, y); a5 = _mm256_fmadd_ps(a5, x, y);
+        a6 = _mm256_fmadd_ps(a6, x, y); a7 = _mm256_fmadd_ps(a7, x, y); a8 = _mm256_fmadd_ps(a8, x, y);
+        a9 = _mm256_fmadd_ps(a9, x, y); a10 = _mm256_fmadd_ps(a10, x, y); a11 = _mm256_fmadd_ps(a11, x, y);
+    }
+    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
+                             _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
+    s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
     float out[8];
-    _mm256_storeu_ps(out, a[0]);
+    _mm256_storeu_ps(out, s);
     return out[0];
 }

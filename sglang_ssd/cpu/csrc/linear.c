@@ -92,9 +92,12 @@ AVX2 static void block_rows(const float *x, long ldx, const float *w, long K, lo
         return;
     }
     if (NR == 4) {
-        for (; m + 3 <= rows; m += 3) tile_3x4(x + m * ldx, ldx, w, K, k8, b, y + m * ldy, ldy);
-        if (rows - m == 2) tile_2x4(x + m * ldx, ldx, w, K, k8, b, y + m * ldy, ldy);
-        else if (rows - m == 1) tile_1x4(x + m * ldx, ldx, w, K, k8, b, y + m * ldy, ldy);
+        /* 3-row tiles, except that a lone last row (a 4-accumulator tile, FMA-latency bound) is
+         * avoided by ending on two 2-row tiles instead: 4 = 2 + 2, 7 = 3 + 2 + 2, 16 = 3*4 + 2 + 2. */
+        long threes = rows % 3 == 1 && rows >= 4 ? (rows - 4) / 3 : rows / 3;
+        for (long t = 0; t < threes; ++t, m += 3) tile_3x4(x + m * ldx, ldx, w, K, k8, b, y + m * ldy, ldy);
+        for (; m + 2 <= rows; m += 2) tile_2x4(x + m * ldx, ldx, w, K, k8, b, y + m * ldy, ldy);
+        if (m < rows) tile_1x4(x + m * ldx, ldx, w, K, k8, b, y + m * ldy, ldy);
         return;
     }
     for (long n = 0; n < NR; ++n)
