@@ -130,12 +130,19 @@ def committed_penalties(setup: Setup, counts: torch.Tensor) -> SimpleNamespace:
 
 
 def reference_penalize(logits: torch.Tensor, info: SimpleNamespace) -> torch.Tensor:
-    """What SGLang's plain (non-speculative) sampler does to one step's logits ``[N, V]``: additive
-    penalties, repetition scaling (÷ if > 0, × if < 0), then the logit bias."""
-    out = logits + info.acc_additive_penalties
-    scale = info.acc_scaling_penalties
-    out = torch.where(out < 0, out * scale, out / scale)
-    return out + info.logit_bias
+    """What SGLang's plain (non-speculative) sampler does to one step's logits ``[N, V]``: its own
+    ``SamplingBatchInfo.apply_logits_bias`` (additive penalties, repetition scaling, logit bias)."""
+    from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
+
+    class Info(SimpleNamespace):  # just the fields and methods apply_logits_bias reads
+        _apply_pre_grammar_logits_transforms = SamplingBatchInfo._apply_pre_grammar_logits_transforms
+        _apply_post_grammar_logits_transforms = SamplingBatchInfo._apply_post_grammar_logits_transforms
+
+    out = logits.float().clone()
+    SamplingBatchInfo.apply_logits_bias(
+        Info(**vars(info), penalizer_orchestrator=None, grammar_mask=None), out
+    )
+    return out
 
 
 def server_penalize(logits: torch.Tensor, chain: torch.Tensor, info: SimpleNamespace) -> torch.Tensor:

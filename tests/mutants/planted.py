@@ -20,6 +20,7 @@ from sglang_ssd.algo import verify as verify_mod
 from sglang_ssd.algo.probs import sample_from_weights
 from sglang_ssd.algo.sampling_params import GREEDY_EPS, SamplingBatch
 from sglang_ssd.draft import recursive
+from sglang_ssd.sglang import target_logits
 
 Patch = tuple[object, str, object]
 
@@ -28,6 +29,7 @@ _process = sampling_params.process_logits
 _sample = saguaro.saguaro_sample
 _level = cascade.verify_level
 _verify_rows = recursive.verify_rows
+_processed = target_logits.processed_logits
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,21 @@ def sampled_rows_verified_greedily() -> list[Patch]:
     return [(verify_mod, "process_logits", process)]
 
 
+def server_drops_repetition_penalty() -> list[Patch]:
+    """The server's verify logits (sglang/target_logits.py) get the additive penalties and the logit
+    bias but not the repetition scaling."""
+
+    def processed(batch, logits, chain, width):
+        info = batch.sampling_info
+        saved, info.acc_scaling_penalties = info.acc_scaling_penalties, None
+        try:
+            return _processed(batch, logits, chain, width)
+        finally:
+            info.acc_scaling_penalties = saved
+
+    return [(target_logits, "processed_logits", processed)]
+
+
 # ---- the draft path -------------------------------------------------------------------------------
 
 
@@ -279,6 +296,9 @@ MUTANTS: list[Mutant] = [
     Mutant("filters_ignored",
            "the verifier's p ignores top-k / top-p / min-p (the draft's filtered-out tokens can pass)",
            filters_ignored, ("dense-K2-C1-filtered-T0.7",)),
+    Mutant("server_drops_repetition_penalty",
+           "the server's verify logits miss the repetition penalty (additive ones and bias applied)",
+           server_drops_repetition_penalty, ("penalties-sparse-K2-C0.3-T1",)),
     Mutant("sampled_rows_verified_greedily",
            "sampled requests verified by argmax (SGLang's CPU path)",
            sampled_rows_verified_greedily, ("dense-K1-C1-plain-T1",)),

@@ -11,6 +11,7 @@ import pytest
 from sglang_ssd.algo import cascade, saguaro
 from sglang_ssd.algo import verify as verify_mod
 from sglang_ssd.draft import recursive
+from sglang_ssd.sglang import target_logits
 from tests.algo._cases import ALL_CASES, CASES
 
 from .planted import MUTANTS, planted
@@ -34,7 +35,7 @@ def test_every_mutant_names_known_cases_and_patches_something():
 
 def test_planting_is_undone():
     watched = [(verify_mod, "_chain_torch"), (verify_mod, "process_logits"), (saguaro, "saguaro_sample"),
-               (cascade, "verify_level"), (recursive, "verify_rows")]  # fmt: skip
+               (cascade, "verify_level"), (recursive, "verify_rows"), (target_logits, "processed_logits")]  # fmt: skip
     before = [getattr(o, a) for o, a in watched]
     for m in MUTANTS:
         with planted(m):
