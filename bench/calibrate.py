@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import os
 import platform
@@ -34,7 +35,6 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -109,8 +109,7 @@ def calibrate_target(
     t0 = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     cfg = model.config
-    impl = {"fn": cpu_linear.linear}
-    n_routed = cpu_linear.route_module(model, impl)
+    n_routed = cpu_linear.route_module(model)
     log(f"target linears ({n_routed}, head included): {cpu_linear.describe()}")
     log(f"target {folder}: {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, vocab {cfg.vocab_size}, "
         f"float32, transformers {transformers.__version__} (loaded in {time.perf_counter() - t0:.1f} s)")  # fmt: skip
@@ -134,16 +133,15 @@ def calibrate_target(
         log(f"  batch {b}: prefill of {context} tokens in {(time.perf_counter() - t0) * 1e3:.0f} ms")
         new = torch.randint(0, cfg.vocab_size, (b, max_n), generator=g)
 
-        def verify(n: int, fn=cpu_linear.linear, cache=cache, new=new, b=b) -> None:
-            impl["fn"] = fn
+        def verify(n: int, route: str = cpu_linear.route(), cache=cache, new=new, b=b) -> None:
             pos = torch.arange(context, context + n).expand(b, n)
-            with torch.inference_mode():
+            with torch.inference_mode(), cpu_linear.use_route(route):
                 model(input_ids=new[:, :n], past_key_values=cache, use_cache=True, position_ids=pos)
             cache.crop(-n)  # the next timing starts from the same context
 
         fns = {str(n): (lambda n=n: verify(n)) for n in range(1, max_n + 1)}
         if compare_torch:
-            fns |= {f"torch{n}": (lambda n=n: verify(n, F.linear)) for n in range(1, max_n + 1)}
+            fns |= {f"torch{n}": (lambda n=n: verify(n, "torch")) for n in range(1, max_n + 1)}
         med, mn = interleaved(fns, repeats)
         if compare_torch:
             old = [med[f"torch{n}"] for n in range(1, max_n + 1)]
@@ -178,7 +176,10 @@ def load_draft(draft: Path, target: Path, layers: int, slots: int) -> tuple[Draf
 
 
 def calibrate_draft(model: DraftModel, context: int, max_n: int, k: int, decode_batches: list[int],
-                    trees: list[tuple[int, int]], repeats: int, temperature: float) -> dict:  # fmt: skip
+                    trees: list[tuple[int, int]], repeats: int, temperature: float,
+                    compare_torch: bool = False) -> dict:  # fmt: skip
+    """Draft runner costs on the linear route the draft server uses; with ``compare_torch`` the tree
+    rounds also on plain ``F.linear``, alternating with them round by round (``tree_torch_route``)."""
     cfg = model.cfg
     log(
         f"draft runner: {cfg.num_layers} layers, hidden {cfg.hidden_size}, vocab {cfg.vocab_size}, {model.dtype}"
@@ -220,7 +221,8 @@ def calibrate_draft(model: DraftModel, context: int, max_n: int, k: int, decode_
         model.pool.release(*e)
 
     params = RowParams(temperature, support=1 if temperature <= 0 else None)
-    tree_out = {}
+    tree_out, tree_torch = {}, {}
+    routes = [cpu_linear.route()] + (["torch"] if compare_torch and cpu_linear.route() != "torch" else [])
     for b, budget in trees:
         base, extra = divmod(budget, k + 1)
         plan = [base + (1 if i < extra else 0) for i in range(k + 1)]  # uniform: the cost depends on ΣF only
@@ -233,29 +235,20 @@ def calibrate_draft(model: DraftModel, context: int, max_n: int, k: int, decode_
             model.forward([Span(ext[0], torch.tensor(toks[:context]), pos, pos, context, out_rows=empty)])
             r.kv_len, r.spec = context, toks[context + 1 :]
             reqs.append(r)
-        glue_t, step_t, round_t = [], [], []
-        for rep in range(repeats + 1):  # the first round warms up
-            t0 = time.perf_counter()
-            logits = model.forward([glue_span(r) for r in reqs])
-            t1 = time.perf_counter()
-            for r, lg in zip(reqs, logits):
-                r.tree = select_forks(r, lg, plan, model, k)
-                r.stage = Stage.TREE
-            steps = []
-            for _ in range(k):
-                s0 = time.perf_counter()
-                step_logits = model.forward([tree_span(r) for r in reqs])
-                for r, lg in zip(reqs, step_logits):
-                    advance_tree(r, lg, model, 1.0)
-                steps.append((time.perf_counter() - s0) * 1e3)
-            t2 = time.perf_counter()
+        times = {route: ([], [], []) for route in routes}
+        for rep, route in itertools.product(range(repeats + 1), routes):  # the first round warms up
+            with cpu_linear.use_route(route):
+                glue_ms, step_ms, round_ms = tree_round(model, reqs, plan, k)
             if rep:
-                glue_t.append((t1 - t0) * 1e3)
-                step_t.append(statistics.median(steps))
-                round_t.append((t2 - t0) * 1e3)
+                for series, value in zip(times[route], (glue_ms, step_ms, round_ms)):
+                    series.append(value)
         for r in reqs:
             model.pool.release(*r.extent)
         key = f"{b}x{budget}"
+        if len(routes) > 1:
+            tg, ts, tr = times["torch"]
+            tree_torch[key] = {"glue_ms": median_ms(tg), "step_ms": median_ms(ts), "round_ms": median_ms(tr)}
+        glue_t, step_t, round_t = times[routes[0]]
         tree_out[key] = {
             "batch": b,
             "budget": budget,
@@ -273,18 +266,42 @@ def calibrate_draft(model: DraftModel, context: int, max_n: int, k: int, decode_
         t = tree_out[key]
         log(f"  tree {key} (K={k}, {b * budget} branch tokens/step): glue {t['glue_ms']:.2f} ms, "
             f"step {t['step_ms']:.2f} ms, whole round {t['round_ms']:.2f} ms")  # fmt: skip
+        if key in tree_torch:
+            log(f"  tree {key} on the torch route: step {tree_torch[key]['step_ms']:.2f} ms, "
+                f"whole round {tree_torch[key]['round_ms']:.2f} ms")  # fmt: skip
     return {
         "num_layers": cfg.num_layers,
         "hidden_size": cfg.hidden_size,
         "vocab_size": cfg.vocab_size,
         "dtype": str(model.dtype).replace("torch.", ""),
         "runner": "sglang_ssd.draft.model.DraftModel (torch attention)",
+        "linear_route": cpu_linear.describe(),
+        **({"tree_torch_route": tree_torch} if tree_torch else {}),
         "temperature": temperature,
         "chain_ms": chain_ms,
         "decode_ms": decode_ms,
         "tree": tree_out,
         "min": mins,
     }
+
+
+def tree_round(model: DraftModel, reqs: list, plan: list[int], k: int) -> tuple[float, float, float]:
+    """One pre-speculation round as the draft server runs it: (glue ms, median branch-step ms, round ms)."""
+    t0 = time.perf_counter()
+    logits = model.forward([glue_span(r) for r in reqs])
+    t1 = time.perf_counter()
+    for r, lg in zip(reqs, logits):
+        r.tree = select_forks(r, lg, plan, model, k)
+        r.stage = Stage.TREE
+    steps = []
+    for _ in range(k):
+        s0 = time.perf_counter()
+        step_logits = model.forward([tree_span(r) for r in reqs])
+        for r, lg in zip(reqs, step_logits):
+            advance_tree(r, lg, model, 1.0)
+        steps.append((time.perf_counter() - s0) * 1e3)
+    t2 = time.perf_counter()
+    return (t1 - t0) * 1e3, statistics.median(steps), (t2 - t0) * 1e3
 
 
 def parse_ints(s: str) -> list[int]:
@@ -407,7 +424,7 @@ def main(argv: list[str] | None = None) -> None:
         slots += sum(b * (args.context + 2 * (k + 1) + k * f + 64) for b, f in trees) + 1024
         model, source = load_draft(Path(args.draft), Path(args.target), args.draft_layers, slots)
         result["draft"] = source | calibrate_draft(
-            model, args.context, args.max_n, k, decode_batches, trees, repeats, args.temperature
+            model, args.context, args.max_n, k, decode_batches, trees, repeats, args.temperature, args.compare_torch
         )
     if Path(args.l0).is_file():
         result["l0"] = calibrate_l0(Path(args.l0), args.context, 3, repeats)

@@ -19,6 +19,7 @@ torch, so the route is always safe to call. The shared library is compiled by ``
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -173,19 +174,29 @@ def kernels() -> dict[str, object]:
     return out
 
 
-def route_module(module: torch.nn.Module, impl: dict | None = None) -> int:
-    """Send every ``nn.Linear`` of ``module`` (e.g. a transformers model) through ``linear``.
-
-    ``impl`` (optional) is a dict whose ``"fn"`` entry is called instead, read at each call, so a
-    benchmark can switch routes in one process. Returns the number of linears rerouted.
-    """
-    impl = impl if impl is not None else {"fn": linear}
+def route_module(module: torch.nn.Module) -> int:
+    """Send every ``nn.Linear`` of ``module`` (e.g. a transformers model) through ``linear``, as the
+    server's hooks do for SGLang's layers. Returns the number of linears rerouted."""
     count = 0
     for mod in module.modules():
         if isinstance(mod, torch.nn.Linear):
-            mod.forward = lambda x, m=mod: impl["fn"](x, m.weight, m.bias)
+            mod.forward = lambda x, m=mod: linear(x, m.weight, m.bias)
             count += 1
     return count
+
+
+@contextlib.contextmanager
+def use_route(name: str):
+    """Within the block, ``linear`` runs route ``name`` ('torch' or a key of ``kernels()``): lets a
+    benchmark time both routes in one process, interleaved."""
+    _resolve()
+    fn = None if name == "torch" else kernels()[name]
+    saved = _state["fn"]
+    _state["fn"] = fn
+    try:
+        yield
+    finally:
+        _state["fn"] = saved
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -153,3 +153,15 @@ def test_sglang_hooks_send_cpu_linears_and_the_head_to_the_route():
     assert linear_hooks.lm_head_hook(original, processor, x, head, bias) == "sglang's own"
     lora = SimpleNamespace(weight=w, quant_method=None, set_lora=None)
     assert linear_hooks.lm_head_hook(original, processor, x, lora) == "sglang's own"
+
+
+def test_use_route_switches_and_restores():
+    g = torch.Generator().manual_seed(6)
+    w = torch.randn(20, 40, generator=g)
+    x = torch.randn(4, 40, generator=g)
+    before = cpu_linear.linear(x, w)
+    with cpu_linear.use_route("torch"):
+        assert torch.equal(cpu_linear.linear(x, w), F.linear(x, w))
+    with cpu_linear.use_route("portable"):
+        assert torch.equal(cpu_linear.linear(x, w), cpu_linear.run(KERNELS["portable"], x, w, None))
+    assert torch.equal(cpu_linear.linear(x, w), before)
