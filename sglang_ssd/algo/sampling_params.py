@@ -220,6 +220,10 @@ def apply_penalties(
     (``output_counts [B, V]``, token counts) plus the draft tokens ``s_1..s_i`` before it
     (``draft_tokens [B, K]``). ``frequency``/``presence``/``repetition``: float ``[B]``.
     Returns float32 logits (a new tensor). SGLang order: additive penalties, then repetition scaling.
+
+    This per-position rule keeps the AR law under penalties. The SGLang worker does not use it: it
+    follows SGLang's speculative convention (``sglang/target_logits.py``: the committed context's
+    penalties at every position of the chain).
     """
     batch, positions, vocab = logits.shape
     out = logits.float().clone()
