@@ -1,4 +1,4 @@
-"""The planner's model fed with the paper's published numbers (ALGORITHM.md §8): does it reproduce them?
+"""The planner's model fed with the paper's published numbers (docs/ALGORITHM.md §8): does it reproduce them?
 
 Pair: Llama-3.1-70B target (4×H100) / Llama-3.2-1B draft (1×H100), b = 1, greedy, 512 output tokens.
 Published: AR 54.7 tok/s, SD 161.8, SSD 255.8 (average of four data sets); draft step 21 ms at b = 1;

@@ -1,4 +1,4 @@
-"""Multi-level (recursive) verification: M0 → M1 → M2, smallest to target (ALGORITHM.md §9).
+"""Multi-level (recursive) verification: M0 → M1 → M2, smallest to target (docs/ALGORITHM.md §9).
 
 M1 verifies M0's chain with the SD rule, so M1's emitted block y_1..y_J (J = k+1: accepted drafts and
 the bonus) has exactly M1's law. That block is then a draft for M2 whose proposal at position j is

@@ -1,4 +1,4 @@
-"""The draft engine: requests, the per-round SSD loop (ALGORITHM.md §2), backups, pre-speculation.
+"""The draft engine: requests, the per-round SSD loop (docs/ALGORITHM.md §2), backups, pre-speculation.
 
 A round for a batch of outcomes v = (k, t*):
 1. lookup first: the speculation cache (the finished tree) holds a branch for (k, t*) ⇒ **hit**;

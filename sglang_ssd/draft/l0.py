@@ -1,4 +1,4 @@
-"""L0 of a recursive chain (ALGORITHM.md §9): the smallest drafter proposes tokens for the draft model.
+"""L0 of a recursive chain (docs/ALGORITHM.md §9): the smallest drafter proposes tokens for the draft model.
 
 L0 here is the project's n-gram drafter (``sglang_ssd/models/ngram.py``). It samples at its own
 temperature τ₀ from its smoothed distribution (top ``top`` tokens, sharpened to p^(1/τ₀)); τ₀ = 0 is

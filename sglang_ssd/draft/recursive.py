@@ -1,4 +1,4 @@
-"""Recursive drafting (ALGORITHM.md §9): L0 proposes, the draft model L1 verifies, the target gets L1's law.
+"""Recursive drafting (docs/ALGORITHM.md §9): L0 proposes, the draft model L1 verifies, the target gets L1's law.
 
 Each L1 forward feeds, per branch (or per backup chain), its last token followed by L0's m proposals
 g_1..g_m, and reads L1's logits after each. L1's processed distribution q₁ at each row (temperature,

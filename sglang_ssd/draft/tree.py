@@ -1,4 +1,4 @@
-"""The branch tree of one round (ALGORITHM.md §2): glue chain, forks, batched branch steps.
+"""The branch tree of one round (docs/ALGORITHM.md §2): glue chain, forks, batched branch steps.
 
 - glue: feed ``tokens[kv_len:] + spec`` causally; rows ``r0 … r0+K'`` are the draft's logits at the K'+1
   fork points (after k = 0 … K' accepted tokens);

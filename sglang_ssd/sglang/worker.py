@@ -1,6 +1,6 @@
 """SSDWorker: SGLang's speculative worker for `--speculative-algorithm SSD`.
 
-One decode step = one SSD round (ALGORITHM.md §2) seen from the target:
+One decode step = one SSD round (docs/ALGORITHM.md §2) seen from the target:
 1. take each request's pending speculation (K tokens + the q′ they were drawn from) that the draft
    server sent after the previous round; a request without one is opened on the draft server now
    (first round, after a fault, after an out-of-sync reply) — a forced miss;

@@ -1,5 +1,5 @@
-"""One speculative round emits a block with the target's law, for every proposal kind (paper §3;
-ALGORITHM.md §10): the accepted drafts and the bonus, the bonus after full acceptance included.
+"""One speculative round emits a block with the target's law, for every proposal kind
+(docs/ALGORITHM.md §3, §10): the accepted drafts and the bonus, the bonus after full acceptance included.
 
 Each case (``_cases.py``) runs 10⁴–2·10⁵ independent requests as one batch over V = 3–5 tokens, for
 dense, sparse and point-mass proposals and a mixed batch, Saguaro C ∈ {1, 0.3}, filters (top-k, top-p,

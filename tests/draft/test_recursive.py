@@ -1,4 +1,4 @@
-"""Recursive drafting L0 → L1 (ALGORITHM.md §9): what the draft model emits keeps exactly its own law.
+"""Recursive drafting L0 → L1 (docs/ALGORITHM.md §9): what the draft model emits keeps exactly its own law.
 
 - greedy: L0-proposed, L1-verified drafts are token-identical to plain L1 decoding (tree branches and
   backups), with identical q′;
