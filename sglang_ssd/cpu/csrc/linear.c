@@ -56,11 +56,13 @@ AVX2 static inline float hsum8(__m256 v) {
 /* One register tile: MR input rows x NR weight rows, MR*NR independent accumulators. */
 #define TILE(MR, NR)                                                                               \
     AVX2 static void tile_##MR##x##NR(const float *x, long ldx, const float *w, long K, long k8,    \
-                                      const float *b, float *y, long ldy) {                        \
+                                      const float *b, float *y, long ldy, const float *pf) {       \
         __m256 acc[MR][NR];                                                                        \
         for (int i = 0; i < MR; ++i)                                                               \
             for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_ps();                          \
         for (long k = 0; k < k8; k += 8) {                                                         \
+            if (pf && (k & 15) == 0)                                                               \
+                for (int j = 0; j < NR; ++j) _mm_prefetch((const char *)(pf + j * K + k), _MM_HINT_T1); \
             __m256 xv[MR];                                                                         \
             for (int i = 0; i < MR; ++i) xv[i] = _mm256_loadu_ps(x + i * ldx + k);                 \
             for (int j = 0; j < NR; ++j) {                                                         \
@@ -83,26 +85,27 @@ TILE(3, 4)
 TILE(1, 1)
 
 /* Every (m, n) goes through the same accumulate-then-reduce sequence in each tile, so which tile
- * handles an element never changes its value. */
+ * handles an element never changes its value. `pf` is the next weight block: the first tile over
+ * this block asks for it, so its read from memory overlaps this block's arithmetic. */
 AVX2 static void block_rows(const float *x, long ldx, const float *w, long K, long k8, const float *b,
-                            float *y, long ldy, long rows, long NR) {
+                            float *y, long ldy, long rows, long NR, const float *pf) {
     long m = 0;
     if (NR == 8) { /* only for a single input row: more independent accumulators to cover FMA latency */
-        tile_1x8(x, ldx, w, K, k8, b, y, ldy);
+        tile_1x8(x, ldx, w, K, k8, b, y, ldy, pf);
         return;
     }
     if (NR == 4) {
         /* 3-row tiles, except that a lone last row (a 4-accumulator tile, FMA-latency bound) is
          * avoided by ending on two 2-row tiles instead: 4 = 2 + 2, 7 = 3 + 2 + 2, 16 = 3*4 + 2 + 2. */
         long threes = rows % 3 == 1 && rows >= 4 ? (rows - 4) / 3 : rows / 3;
-        for (long t = 0; t < threes; ++t, m += 3) tile_3x4(x + m * ldx, ldx, w, K, k8, b, y + m * ldy, ldy);
-        for (; m + 2 <= rows; m += 2) tile_2x4(x + m * ldx, ldx, w, K, k8, b, y + m * ldy, ldy);
-        if (m < rows) tile_1x4(x + m * ldx, ldx, w, K, k8, b, y + m * ldy, ldy);
+        for (long t = 0; t < threes; ++t, m += 3, pf = 0) tile_3x4(x + m * ldx, ldx, w, K, k8, b, y + m * ldy, ldy, pf);
+        for (; m + 2 <= rows; m += 2, pf = 0) tile_2x4(x + m * ldx, ldx, w, K, k8, b, y + m * ldy, ldy, pf);
+        if (m < rows) tile_1x4(x + m * ldx, ldx, w, K, k8, b, y + m * ldy, ldy, pf);
         return;
     }
     for (long n = 0; n < NR; ++n)
         for (m = 0; m < rows; ++m)
-            tile_1x1(x + m * ldx, ldx, w + n * K, K, k8, b ? b + n : 0, y + m * ldy + n, ldy);
+            tile_1x1(x + m * ldx, ldx, w + n * K, K, k8, b ? b + n : 0, y + m * ldy + n, ldy, 0);
 }
 
 AVX2 void ssd_linear_avx2(const float *x, long ldx, const float *w, const float *b, float *y, long ldy,
@@ -114,9 +117,12 @@ AVX2 void ssd_linear_avx2(const float *x, long ldx, const float *w, const float 
         float *yc = y + m0 * ldy;
         long n = 0;
         if (rows == 1)
-            for (; n + 8 <= N; n += 8) block_rows(xc, ldx, w + n * K, K, k8, b ? b + n : 0, yc + n, ldy, 1, 8);
-        for (; n + 4 <= N; n += 4) block_rows(xc, ldx, w + n * K, K, k8, b ? b + n : 0, yc + n, ldy, rows, 4);
-        if (n < N) block_rows(xc, ldx, w + n * K, K, k8, b ? b + n : 0, yc + n, ldy, rows, N - n);
+            for (; n + 8 <= N; n += 8)
+                block_rows(xc, ldx, w + n * K, K, k8, b ? b + n : 0, yc + n, ldy, 1, 8, 0);
+        for (; n + 4 <= N; n += 4)
+            block_rows(xc, ldx, w + n * K, K, k8, b ? b + n : 0, yc + n, ldy, rows, 4,
+                       n + 8 <= N ? w + (n + 4) * K : 0);
+        if (n < N) block_rows(xc, ldx, w + n * K, K, k8, b ? b + n : 0, yc + n, ldy, rows, N - n, 0);
     }
 }
 
