@@ -9,6 +9,11 @@
  * Layout: x is [M, K] with row stride ldx (elements, unit column stride), w is [N, K] contiguous, y is
  * [M, N] with row stride ldy. Rows of x are taken in chunks of CHUNK_M; within a chunk a block of NR
  * weight rows stays in L1 while every group of up to MR input rows passes over it.
+ *
+ * Tried and measured against this (interleaved, bench/linear_microbench.py-style runs): two
+ * accumulators per element (even/odd chunks) let a single row stream the weights faster, but its
+ * multi-row tiles then hold half the weight reuse or need two passes, 10-40 % slower at M >= 2;
+ * software prefetch of the next block for a single row: no gain.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -116,7 +121,14 @@ AVX2 void ssd_linear_avx2(const float *x, long ldx, const float *w, const float 
         const float *xc = x + m0 * ldx;
         float *yc = y + m0 * ldy;
         long n = 0;
-        if (rows == 1)
+        if (rows == 1 && K * (long)sizeof(float) < 4096) {
+            /* One input row, weight rows shorter than a page: the weights one row after the other,
+             * a single sequential stream. Interleaving short rows restarts the hardware prefetcher
+             * on every row and measured up to 1.5x a plain read of the same bytes. */
+            for (; n < N; ++n) tile_1x1(xc, ldx, w + n * K, K, k8, b ? b + n : 0, yc + n, ldy, 0);
+            continue;
+        }
+        if (rows == 1) /* longer rows: eight parallel streams read faster than one */
             for (; n + 8 <= N; n += 8)
                 block_rows(xc, ldx, w + n * K, K, k8, b ? b + n : 0, yc + n, ldy, 1, 8, 0);
         for (; n + 4 <= N; n += 4)
