@@ -218,21 +218,23 @@ def headline(records: list[dict]) -> list[str]:
 
 
 def route_lines(records: list[dict]) -> list[str]:
-    """Each `NAME@torch` configuration against NAME (default route) at every point, and the verify
-    step inside the server against AR's step (median TPOT) on the same route at c = 1."""
+    """Each `NAME@torch` configuration against NAME (default route) at every point; and, at c = 1,
+    T = 0, the worker's verify phase of `ssd` (K + 1 tokens) against that of `ssd_k0` (K = 0: the same
+    worker running SGLang's plain decode forward) on the same route."""
     out = []
     at = {(r["config"], r["temperature"], r["concurrency"]): r for r in records}
-    for (name, t, c), r in sorted(at.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+    for (name, t, c), r in sorted(at.items()):
         base, _, route = name.partition("@")
         new = at.get((base, t, c))
         if route and new:
             out.append(f"route {base} T={t:g} c={c}: default/{route} = "
                        f"{new['output_throughput'] / r['output_throughput']:.2f}")
     for suffix in ("", "@torch"):
-        ssd, ar = at.get((f"ssd{suffix}", 0.0, 1)), at.get((f"ar{suffix}", 0.0, 1))
-        if ssd and ar and ssd.get("verify_ms") and ar.get("median_tpot_ms"):
+        ssd, plain = at.get((f"ssd{suffix}", 0.0, 1)), at.get((f"ssd_k0{suffix}", 0.0, 1))
+        if ssd and plain and ssd.get("verify_ms") and plain.get("verify_ms"):
             out.append(f"verify step{suffix or ' (default route)'}: K = {ssd['k']} verify {ssd['verify_ms']:.1f} ms "
-                       f"= {ssd['verify_ms'] / ar['median_tpot_ms']:.2f}x AR's step ({ar['median_tpot_ms']:.1f} ms TPOT), c = 1, T = 0")
+                       f"= {ssd['verify_ms'] / plain['verify_ms']:.2f}x the plain step ({plain['verify_ms']:.1f} ms), "
+                       "worker phase timings, c = 1, T = 0")
     return out
 
 

@@ -13,7 +13,8 @@ Route, from ``SGLANG_SSD_CPU_LINEAR`` (read once, at the first call):
 
 The kernel takes fp32 CPU tensors with up to ``MAX_ROWS`` rows, a single intra-op thread (it is
 single-threaded; with more torch threads torch is used), and no autograd. Anything else goes to
-torch, so the route is always safe to call. The shared library is compiled by ``make install``
+torch, so the route is always safe to call. Bit-identity between a decode step and a verify step
+therefore holds while both batches have at most ``MAX_ROWS`` rows (e.g. 12 requests x 5 tokens). The shared library is compiled by ``make install``
 (``python -m sglang_ssd.cpu.linear --build``) or, failing that, on first use with gcc.
 """
 
@@ -61,27 +62,45 @@ def build(quiet: bool = False) -> Path:
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    tmp = out.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
     cc = os.environ.get("CC", "gcc")
-    subprocess.run([cc, *_CFLAGS, "-o", str(tmp), str(_SOURCE)], check=True, capture_output=quiet)
+    subprocess.run([cc, *_CFLAGS, "-o", str(tmp), str(_SOURCE)], check=True, capture_output=quiet, text=True)
     tmp.replace(out)  # atomic: a process racing us sees either nothing or the whole library
+    for stale in out.parent.glob("ssd_linear-*.so"):  # builds of earlier sources
+        if stale != out:
+            stale.unlink(missing_ok=True)
     return out
 
 
-def _load_library() -> ctypes.CDLL | None:
+def _library() -> ctypes.CDLL | None:
+    """The kernel library, built if needed and loaded once per process (None if it cannot be)."""
+    if "lib" in _state:
+        return _state["lib"]
+    lib = None
     try:
         lib = ctypes.CDLL(str(build(quiet=True)))
     except (OSError, subprocess.CalledProcessError) as exc:
-        print(f"sglang_ssd: CPU linear kernel unavailable ({exc}); using torch", file=sys.stderr, flush=True)
-        return None
-    sig = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-           ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long]  # fmt: skip
-    for name in ("ssd_linear_avx2", "ssd_linear_portable"):
-        fn = getattr(lib, name)
-        fn.argtypes = sig
-        fn.restype = None
-    lib.ssd_cpu_has_avx2_fma.restype = ctypes.c_int
+        detail = getattr(exc, "stderr", None) or ""
+        print(f"sglang_ssd: CPU linear kernel unavailable ({exc} {detail.strip()[-500:]}); using torch",
+              file=sys.stderr, flush=True)  # fmt: skip
+    if lib is not None:
+        sig = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+               ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long]  # fmt: skip
+        for name in ("ssd_linear_avx2", "ssd_linear_portable"):
+            fn = getattr(lib, name)
+            fn.argtypes = sig
+            fn.restype = None
+        lib.ssd_cpu_has_avx2_fma.restype = ctypes.c_int
+    _state["lib"] = lib
     return lib
+
+
+def setting() -> str:
+    """The route asked for by ``SGLANG_SSD_CPU_LINEAR``; a bad value is a one-line error."""
+    wanted = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    if wanted not in ROUTES:
+        raise ValueError(f"{ENV}={wanted!r}: expected one of {', '.join(ROUTES)}")
+    return wanted
 
 
 def _resolve() -> tuple[str, object | None]:
@@ -89,22 +108,14 @@ def _resolve() -> tuple[str, object | None]:
     with _lock:
         if "route" in _state:
             return _state["route"], _state["fn"]
-        wanted = os.environ.get(ENV, "auto").strip().lower() or "auto"
-        if wanted not in ROUTES:
-            raise ValueError(f"{ENV}={wanted!r}: expected one of {', '.join(ROUTES)}")
-        route, fn = "torch", None
-        if wanted != "torch":
-            lib = _load_library()
-            if lib is not None:
-                if wanted == "auto" and lib.ssd_cpu_has_avx2_fma():
-                    route, fn = "avx2", lib.ssd_linear_avx2
-                else:
-                    route, fn = "portable", lib.ssd_linear_portable
-        _state["route"], _state["fn"] = route, fn
+        wanted = setting()
+        fns = kernels() if wanted != "torch" else {}
+        route = "avx2" if wanted == "auto" and "avx2" in fns else "portable" if fns else "torch"
+        _state["route"], _state["fn"] = route, fns.get(route)
         # stderr, not logging: SGLang's processes show only their own loggers, and which route
         # served a run must be visible in its log (benchmarks compare the two).
         print(f"sglang_ssd: CPU linear route: {route} ({ENV}={wanted}, pid {os.getpid()})", file=sys.stderr, flush=True)
-        return route, fn
+        return route, _state["fn"]
 
 
 def route() -> str:
@@ -123,12 +134,15 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """``F.linear(x, weight, bias)``; through the kernel when the route and the inputs allow.
 
     This sits on every layer of every step, so the checks are ordered cheapest-first and the common
-    case (fp32 rows on the CPU, no autograd) costs about what torch's own dispatch does.
+    case (fp32 rows on the CPU, no autograd) costs about what torch's own dispatch does. Tensors off
+    the CPU return before the route is even decided: a GPU run never builds or loads the kernel.
     """
+    if not x.is_cpu or x.dtype is not _F32 or weight.dtype is not _F32:
+        return F.linear(x, weight, bias)
     fn = _state.get("fn", _UNRESOLVED)
     if fn is _UNRESOLVED:
         fn = _resolve()[1]
-    if fn is None or x.dtype is not _F32 or weight.dtype is not _F32 or not x.is_cpu:
+    if fn is None:
         return F.linear(x, weight, bias)
     k = weight.shape[-1]
     rows = x.numel() // k if k else 0
@@ -136,12 +150,15 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         rows == 0
         or rows > MAX_ROWS
         or x.shape[-1] != k
-        or not weight.is_contiguous()
         or weight.dim() != 2
-        or (bias is not None and (bias.dtype is not _F32 or not bias.is_contiguous()))
-        or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
+        or not weight.is_cpu
+        or not weight.is_contiguous()
+        or (bias is not None and (bias.dtype is not _F32 or not bias.is_cpu or bias.shape != weight.shape[:1]
+                                  or not bias.is_contiguous()))
+        or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
+                                         or (bias is not None and bias.requires_grad)))
         or torch.get_num_threads() != 1
-    ):
+    ):  # fmt: skip
         return F.linear(x, weight, bias)
     return run(fn, x, weight, bias)
 
@@ -157,17 +174,16 @@ def run(fn, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) ->
             x2 = x2.contiguous()
         ld = k
     rows = x2.shape[0]
-    y = torch.empty((*x.shape[:-1], n_out), dtype=_F32)
+    y = torch.empty((*x.shape[:-1], n_out), dtype=_F32, device="cpu")
     fn(x2.data_ptr(), ld, weight.data_ptr(), 0 if bias is None else bias.data_ptr(), y.data_ptr(), n_out, rows, n_out, k)
     return y
 
 
 def kernels() -> dict[str, object]:
     """Every C route this CPU can run, by name (for tests and benchmarks; serving uses ``linear``)."""
-    lib = _state.get("lib") or _load_library()
+    lib = _library()
     if lib is None:
         return {}
-    _state["lib"] = lib
     out = {"portable": lib.ssd_linear_portable}
     if lib.ssd_cpu_has_avx2_fma():
         out["avx2"] = lib.ssd_linear_avx2

@@ -11,6 +11,8 @@ route is decided, and printed to the process's stderr, at the first call that re
 
 from __future__ import annotations
 
+import torch
+
 from sglang_ssd.cpu import linear as cpu_linear
 
 LINEAR_TARGET = "sglang.srt.layers.quantization.unquant.UnquantizedLinearMethod.apply"
@@ -18,36 +20,27 @@ HEAD_TARGET = "sglang.srt.layers.logits_processor.LogitsProcessor._compute_lm_he
 
 
 def linear_apply_hook(original, method, layer, x, bias=None, **kwargs):
-    if x.is_cuda or getattr(layer, "use_intel_amx_backend", False):
+    if not x.is_cpu or getattr(layer, "use_intel_amx_backend", False):
         return original(method, layer, x, bias, **kwargs)
     return cpu_linear.linear(x, layer.weight, bias)
 
 
-_rules: dict = {}
-
-
-def _head_is_quantized(lm_head, quant_method) -> bool:
-    """SGLang's own rule (it knows which quant methods are plain heads, e.g. tied embeddings), looked
-    up at the first call rather than at plugin load, when SGLang's layers may be half-imported."""
-    rule = _rules.get("head")
-    if rule is None:
-        try:
-            from sglang.srt.layers.logits_processor import should_apply_lm_head_quant_method as rule
-        except ImportError:  # outside a server (unit tests): any quant method means SGLang's path
-            rule = lambda head, method: method is not None  # noqa: E731
-        _rules["head"] = rule
-    return rule(lm_head, quant_method)
+# The head's quant methods that are a plain weight matrix (tied embeddings carry one).
+PLAIN_HEAD_METHODS = (None, "UnquantizedEmbeddingMethod", "UnquantizedLinearMethod")
 
 
 def lm_head_hook(original, processor, hidden_states, lm_head, embedding_bias=None, **kwargs):
     weight = getattr(lm_head, "weight", None)
+    method = getattr(lm_head, "quant_method", None)
     plain = (
         weight is not None
-        and not hidden_states.is_cuda
+        and weight.dtype == torch.float32  # fp32 logits as SGLang's own fp32 path gives them
+        and hidden_states.is_cpu
         and embedding_bias is None
-        and getattr(processor, "rl_on_policy_target", None) is None
+        and not getattr(lm_head, "use_intel_amx_backend", False)  # AMX-packed weights are not [V, H]
         and not hasattr(lm_head, "set_lora")
-        and not _head_is_quantized(lm_head, getattr(lm_head, "quant_method", None))
+        and getattr(processor, "rl_on_policy_target", None) is None
+        and (method is None or type(method).__name__ in PLAIN_HEAD_METHODS)
     )
     if not plain:
         return original(processor, hidden_states, lm_head, embedding_bias, **kwargs)
@@ -57,6 +50,7 @@ def lm_head_hook(original, processor, hidden_states, lm_head, embedding_bias=Non
 def register() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+    cpu_linear.setting()  # a bad SGLANG_SSD_CPU_LINEAR fails here, at start-up, not at the first forward
     for target, hook in ((LINEAR_TARGET, linear_apply_hook), (HEAD_TARGET, lm_head_hook)):
         if not any(h is hook for _, h, _ in HookRegistry._hooks.get(target, [])):
             HookRegistry.register(target, hook, HookType.AROUND)

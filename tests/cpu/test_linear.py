@@ -21,7 +21,8 @@ from sglang_ssd.cpu import linear as cpu_linear
 ROOT = Path(__file__).resolve().parents[2]
 KERNELS = cpu_linear.kernels()
 # Odd sizes on purpose: k tails (K % 8), partial register tiles (N % 4, N % 8), M across chunks.
-SHAPES = [(576, 960), (1536, 576), (13, 7), (8, 9), (77, 33), (5, 1), (64, 130)]
+# (1029, 13): rows longer than a page (the 8-row single-row path) with a k tail and leftover columns.
+SHAPES = [(576, 960), (1536, 576), (1029, 13), (13, 7), (8, 9), (77, 33), (5, 1), (64, 130)]
 
 
 @pytest.fixture(autouse=True)
@@ -46,7 +47,7 @@ def test_rows_are_bit_identical_whatever_the_batch(route, k, n):
     b = torch.randn(n, generator=g)
     x = torch.randn(40, k, generator=g)
     alone = torch.cat([cpu_linear.run(fn, x[i : i + 1], w, b) for i in range(40)])
-    for m in list(range(1, 17)) + [23, 40]:
+    for m in list(range(1, 18)) + [23, 33, 40]:  # 17, 33: a lone row in a later 16-row chunk
         for start in (0, 40 - m):
             got = cpu_linear.run(fn, x[start : start + m], w, b)
             assert torch.equal(got, alone[start : start + m]), (route, k, n, m, start)
@@ -93,25 +94,46 @@ def test_linear_uses_the_kernel_for_small_fp32_batches():
 
 @pytest.mark.parametrize(
     "case",
-    ["bf16", "grad", "many_rows", "threads"],
+    ["bf16", "grad", "bias_grad", "many_rows", "threads", "broadcast_bias", "meta"],
 )
 def test_everything_else_falls_back_to_torch_exactly(case):
     g = torch.Generator().manual_seed(4)
     w = torch.randn(16, 24, generator=g)
     x = torch.randn(3, 24, generator=g)
+    b = None
     if case == "bf16":
         w, x = w.bfloat16(), x.bfloat16()
     elif case == "grad":
         x.requires_grad_(True)
+    elif case == "bias_grad":
+        b = torch.randn(16, generator=g, requires_grad=True)
     elif case == "many_rows":
         x = torch.randn(cpu_linear.MAX_ROWS + 1, 24, generator=g)
     elif case == "threads":
         torch.set_num_threads(2)
-    with torch.set_grad_enabled(case == "grad"):
-        got = cpu_linear.linear(x, w)
-        ref = F.linear(x, w)
-    assert got.dtype == ref.dtype
-    assert torch.equal(got, ref)
+    elif case == "broadcast_bias":  # torch broadcasts a 1-element bias; the kernel would read past it
+        b = torch.randn(1, generator=g)
+    elif case == "meta":
+        x, w = x.to("meta"), w.to("meta")
+    with torch.set_grad_enabled(case in ("grad", "bias_grad")):
+        got = cpu_linear.linear(x, w, b)
+        ref = F.linear(x, w, b)
+    assert got.dtype == ref.dtype and got.device == ref.device and got.requires_grad == ref.requires_grad
+    if case != "meta":
+        assert torch.equal(got, ref)
+
+
+def test_tensors_off_the_cpu_never_decide_the_route():
+    # A GPU install must not build or load the kernel: the route is decided only by a CPU call.
+    code = (
+        "import torch; from sglang_ssd.cpu import linear as L; "
+        "L.linear(torch.zeros(2, 8, device='meta'), torch.zeros(4, 8, device='meta')); "
+        "print('route' in L._state)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "False", done.stderr
+    assert "CPU linear route" not in done.stderr
 
 
 def _route_in_child(value: str) -> subprocess.CompletedProcess:
@@ -149,6 +171,14 @@ def test_sglang_hooks_send_cpu_linears_and_the_head_to_the_route():
     processor = SimpleNamespace(rl_on_policy_target=None)
     head = SimpleNamespace(weight=w, quant_method=None)
     assert torch.equal(linear_hooks.lm_head_hook(original, processor, x, head), want)
+    tied = SimpleNamespace(weight=w, quant_method=type("UnquantizedEmbeddingMethod", (), {})())
+    assert torch.equal(linear_hooks.lm_head_hook(original, processor, x, tied), want)
+    quantized = SimpleNamespace(weight=w, quant_method=type("Fp8LinearMethod", (), {})())
+    assert linear_hooks.lm_head_hook(original, processor, x, quantized) == "sglang's own"
+    amx_head = SimpleNamespace(weight=w, quant_method=None, use_intel_amx_backend=True)
+    assert linear_hooks.lm_head_hook(original, processor, x, amx_head) == "sglang's own"
+    bf16_head = SimpleNamespace(weight=w.bfloat16(), quant_method=None)
+    assert linear_hooks.lm_head_hook(original, processor, x, bf16_head) == "sglang's own"
     bias = torch.zeros(24)
     assert linear_hooks.lm_head_hook(original, processor, x, head, bias) == "sglang's own"
     lora = SimpleNamespace(weight=w, quant_method=None, set_lora=None)

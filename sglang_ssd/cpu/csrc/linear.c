@@ -7,8 +7,8 @@
  * row's result is bit-identical between a 1-row decode and a 16-row verify.
  *
  * Layout: x is [M, K] with row stride ldx (elements, unit column stride), w is [N, K] contiguous, y is
- * [M, N] with row stride ldy. Rows of x are taken in chunks of CHUNK_M; within a chunk a block of NR
- * weight rows stays in L1 while every group of up to MR input rows passes over it.
+ * [M, N] with row stride ldy. Rows of x are taken in chunks of CHUNK_M; within a chunk a block of 4
+ * weight rows stays in L1 while every group of 2 or 3 input rows passes over it (`block_rows`).
  *
  * Tried and measured against this (interleaved, bench/linear_microbench.py-style runs): two
  * accumulators per element (even/odd chunks) let a single row stream the weights faster, but its
@@ -84,35 +84,23 @@ AVX2 static inline float hsum8(__m256 v) {
     }
 
 TILE(1, 8)
-TILE(1, 4)
 TILE(2, 4)
 TILE(3, 4)
 TILE(1, 1)
 
-/* Every (m, n) goes through the same accumulate-then-reduce sequence in each tile, so which tile
- * handles an element never changes its value. `pf` is the next weight block: the first tile over
- * this block asks for it, so its read from memory overlaps this block's arithmetic. */
+/* Input rows [0, rows), rows >= 2, against the 4 weight rows at w, which stay in L1 while every
+ * group of input rows passes over them: 3-row tiles, ending on two 2-row tiles rather than a lone
+ * row (4 = 2 + 2, 7 = 3 + 2 + 2, 16 = 3*4 + 2 + 2), whose 4 accumulators would be FMA-latency bound.
+ * `pf` is the next weight block: the first tile asks for it, so its read overlaps this arithmetic. */
 AVX2 static void block_rows(const float *x, long ldx, const float *w, long K, long k8, const float *b,
-                            float *y, long ldy, long rows, long NR, const float *pf) {
-    long m = 0;
-    if (NR == 8) { /* only for a single input row: more independent accumulators to cover FMA latency */
-        tile_1x8(x, ldx, w, K, k8, b, y, ldy, pf);
-        return;
-    }
-    if (NR == 4) {
-        /* 3-row tiles, except that a lone last row (a 4-accumulator tile, FMA-latency bound) is
-         * avoided by ending on two 2-row tiles instead: 4 = 2 + 2, 7 = 3 + 2 + 2, 16 = 3*4 + 2 + 2. */
-        long threes = rows % 3 == 1 && rows >= 4 ? (rows - 4) / 3 : rows / 3;
-        for (long t = 0; t < threes; ++t, m += 3, pf = 0) tile_3x4(x + m * ldx, ldx, w, K, k8, b, y + m * ldy, ldy, pf);
-        for (; m + 2 <= rows; m += 2, pf = 0) tile_2x4(x + m * ldx, ldx, w, K, k8, b, y + m * ldy, ldy, pf);
-        if (m < rows) tile_1x4(x + m * ldx, ldx, w, K, k8, b, y + m * ldy, ldy, pf);
-        return;
-    }
-    for (long n = 0; n < NR; ++n)
-        for (m = 0; m < rows; ++m)
-            tile_1x1(x + m * ldx, ldx, w + n * K, K, k8, b ? b + n : 0, y + m * ldy + n, ldy, 0);
+                            float *y, long ldy, long rows, const float *pf) {
+    long threes = rows % 3 == 1 ? (rows - 4) / 3 : rows / 3, m = 0;
+    for (long t = 0; t < threes; ++t, m += 3, pf = 0) tile_3x4(x + m * ldx, ldx, w, K, k8, b, y + m * ldy, ldy, pf);
+    for (; m < rows; m += 2, pf = 0) tile_2x4(x + m * ldx, ldx, w, K, k8, b, y + m * ldy, ldy, pf);
 }
 
+/* Which tile computes an element never changes its value: every tile runs the same sequence per
+ * element (see the top of this file). */
 AVX2 void ssd_linear_avx2(const float *x, long ldx, const float *w, const float *b, float *y, long ldy,
                           long M, long N, long K) {
     long k8 = K & ~7L;
@@ -121,20 +109,21 @@ AVX2 void ssd_linear_avx2(const float *x, long ldx, const float *w, const float 
         const float *xc = x + m0 * ldx;
         float *yc = y + m0 * ldy;
         long n = 0;
-        if (rows == 1 && K * (long)sizeof(float) < 4096) {
-            /* One input row, weight rows shorter than a page: the weights one row after the other,
-             * a single sequential stream. Interleaving short rows restarts the hardware prefetcher
-             * on every row and measured up to 1.5x a plain read of the same bytes. */
-            for (; n < N; ++n) tile_1x1(xc, ldx, w + n * K, K, k8, b ? b + n : 0, yc + n, ldy, 0);
-            continue;
+        if (rows == 1) {
+            /* One input row. Weight rows shorter than a page: one row after the other, a single
+             * sequential stream (interleaving short rows restarts the hardware prefetcher on every
+             * row: measured up to 1.5x a plain read of the same bytes). Longer rows: eight at a
+             * time, whose parallel streams read faster than one. */
+            if (K * (long)sizeof(float) >= 4096)
+                for (; n + 8 <= N; n += 8) tile_1x8(xc, ldx, w + n * K, K, k8, b ? b + n : 0, yc + n, ldy, 0);
+        } else {
+            for (; n + 4 <= N; n += 4)
+                block_rows(xc, ldx, w + n * K, K, k8, b ? b + n : 0, yc + n, ldy, rows,
+                           n + 8 <= N ? w + (n + 4) * K : 0);
         }
-        if (rows == 1) /* longer rows: eight parallel streams read faster than one */
-            for (; n + 8 <= N; n += 8)
-                block_rows(xc, ldx, w + n * K, K, k8, b ? b + n : 0, yc + n, ldy, 1, 8, 0);
-        for (; n + 4 <= N; n += 4)
-            block_rows(xc, ldx, w + n * K, K, k8, b ? b + n : 0, yc + n, ldy, rows, 4,
-                       n + 8 <= N ? w + (n + 4) * K : 0);
-        if (n < N) block_rows(xc, ldx, w + n * K, K, k8, b ? b + n : 0, yc + n, ldy, rows, N - n, 0);
+        for (; n < N; ++n) /* what is left: element by element */
+            for (long m = 0; m < rows; ++m)
+                tile_1x1(xc + m * ldx, ldx, w + n * K, K, k8, b ? b + n : 0, yc + m * ldy + n, ldy, 0);
     }
 }
 
