@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -343,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     servers: dict[str, SGLangServer] = {}
     records: list[dict] = []
+    # A plain `kill` must still stop the servers (each runs in its own session): turn it into an exit.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     jsonl = out / "sweep.jsonl"
     try:
         for i, name in enumerate(names, 1):
