@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -112,19 +113,29 @@ def draft_path() -> Path:
 
 
 class DraftProcess:
-    """A draft server the test owns (so it can kill and restart it under a running SGLang server)."""
+    """A draft server the test owns (so it can kill, stop and restart it under a running SGLang server).
 
-    def __init__(self, draft: Path, mode: str = "async", **config_extra):
+    ``config_extra``: SSDConfig fields (k, budget, backup, saguaro_c, q_support, draft_chain, ...);
+    ``extra_args``: more draft-server flags; ``script``: a file run instead of `-m sglang_ssd.draft_server`
+    with the same flags (the planted-bug server, tests/e2e/planted_draft_server.py)."""
+
+    def __init__(self, draft: Path, mode: str = "async", *, name: str | None = None, extra_args: tuple = (),
+                 script: Path | None = None, **config_extra):
         import tempfile
 
         from sglang_ssd.sglang.config import SSDConfig
 
         self.endpoint = f"ipc://{tempfile.mkdtemp(prefix='ssd-test-')}/draft.sock"
-        config = SSDConfig(k=SSD_K, budget=12, backup="neural", mode=mode, draft_model_path=str(draft), **config_extra)
+        fields = {"k": SSD_K, "budget": 12, "backup": "neural", **config_extra}
+        config = SSDConfig(mode=mode, draft_model_path=str(draft), **fields)
         self.log = f"/tmp/sglang_ssd_test_draft{'_chain' if config_extra.get('draft_chain') else ''}.log"
+        if name is not None:
+            self.log = f"/tmp/sglang_ssd_test_draft_{name}.log"
         from sglang_ssd.sglang.draft_fleet import draft_server_command
 
-        self.command = draft_server_command(config, self.endpoint)
+        self.command = draft_server_command(config, self.endpoint) + list(extra_args)
+        if script is not None:
+            self.command[1:3] = [str(script)]  # [python, -m, module, flags...] -> [python, script, flags...]
         self.proc = None
 
     def start(self) -> DraftProcess:
@@ -136,6 +147,13 @@ class DraftProcess:
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait(timeout=30)
+
+    def pause(self) -> None:
+        """SIGSTOP: alive but silent, the way a stalled (swapping, hung) draft server looks to the link."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.proc.pid, signal.SIGCONT)
 
     def stop(self) -> None:
         from sglang_ssd.sglang.draft_fleet import stop_process
@@ -174,11 +192,13 @@ def sd_server(target_path, draft_path):
 
 
 @pytest.fixture(scope="session")
-def ssd_auto_server(target_path, draft_path):
-    """SSD with --ssd-k auto: the worker picks K (0 = plain decoding) per round from live timings."""
+def ssd_auto_server(target_path):
+    """SSD with --ssd-k auto: the worker picks K (0 = plain decoding) per round from live timings. The
+    target is its own draft (α ≈ 1), so drafting pays and auto-K drafts (the sampling test checks)."""
     server = start_server(
-        target_path, "--speculative-algorithm", "SSD", "--speculative-draft-model-path", str(draft_path),
-        "--ssd-k", "auto", "--ssd-budget", "12", "--ssd-backup", "neural", log_name="ssd_auto",
+        target_path, "--speculative-algorithm", "SSD", "--speculative-draft-model-path", str(target_path),
+        "--ssd-k", "auto", "--ssd-budget", "2", "--ssd-backup", "neural", "--ssd-draft-timeout", "10",
+        "--max-running-requests", "128", log_name="ssd_auto",
     )
     yield server
     server.stop()
@@ -207,3 +227,101 @@ def ssd3_server(target_path, ssd3_draft):
     )  # fmt: skip
     yield server
     server.stop()
+
+
+# ---- the target as its own draft: α ≈ 1, so rounds reach the bonus after full acceptance -------------
+# One SGLang server, one draft server per draft-side setting; a request reaches the draft server its id
+# hashes to (DraftLink.shard), so the tests pick ids to choose the setting. K = 2 and 10 new tokens:
+# three full rounds (the first a forced miss, the next ones from the speculation cache when it hits).
+SELF_K = 2
+PLANTED_SCRIPT = ROOT / "tests" / "e2e" / "planted_draft_server.py"
+PLANTED_ENABLED = os.environ.get("SSD_E2E_PLANTED") == "1"
+# Small trees (budget 2: the likely outcome is k = K and the top bonus) and short tree forwards, so
+# the target-sized draft answers rounds quickly on two shared cores.
+SELF_DRAFT_ARGS = ("--max-step-tokens", "32")
+
+
+def self_draft_kinds(target_path: Path) -> dict[str, dict]:
+    if not NGRAM.is_file():
+        pytest.fail(f"{NGRAM} is missing: run `make models` first (make test does it)")
+    return {
+        "neural": {},
+        "fast": {"backup": "fast"},
+        "saguaro": {"saguaro_c": 0.3},
+        "q64": {"q_support": 64},
+        "chain": {"draft_chain": [str(NGRAM), str(target_path)]},  # L0 n-gram → L1 target → target
+        # A deliberately wrong draft rule, to show the sampling test's power; only with
+        # SSD_E2E_PLANTED=1 (tests/e2e/test_ssd_sampling.py::test_planted_bug_is_rejected).
+        **({"planted": {"script": PLANTED_SCRIPT}} if PLANTED_ENABLED else {}),
+    }
+
+
+@pytest.fixture(scope="session")
+def self_drafts(target_path) -> dict[str, DraftProcess]:
+    from concurrent.futures import ThreadPoolExecutor
+
+    procs = {name: DraftProcess(target_path, name=f"self_{name}", k=SELF_K, budget=2, extra_args=SELF_DRAFT_ARGS, **kw)
+             for name, kw in self_draft_kinds(target_path).items()}  # fmt: skip
+    with ThreadPoolExecutor(len(procs)) as pool:
+        list(pool.map(DraftProcess.start, procs.values()))
+    yield procs
+    for proc in procs.values():
+        proc.stop()
+
+
+@pytest.fixture(scope="session")
+def self_server(target_path, self_drafts):
+    endpoints = [a for proc in self_drafts.values() for a in ("--ssd-draft-endpoint", proc.endpoint)]
+    server = start_server(
+        target_path, "--speculative-algorithm", "SSD", *endpoints, "--ssd-k", str(SELF_K),
+        "--ssd-draft-timeout", "10", "--max-running-requests", "128", log_name="ssd_self",
+    )  # fmt: skip
+    yield server
+    server.stop()
+
+
+def rids_for(drafts: dict, name: str, count: int, tag: str) -> list[str]:
+    """``count`` request ids that DraftLink.shard sends to draft server ``name`` (crc32 of the id
+    modulo the number of endpoints, in the order they were given)."""
+    import zlib
+
+    index, out, i = list(drafts).index(name), [], 0
+    while len(out) < count:
+        rid = f"{tag}-{i}"
+        if zlib.crc32(rid.encode()) % len(drafts) == index:
+            out.append(rid)
+        i += 1
+    return out
+
+
+@pytest.fixture(scope="session")
+def target_law(target_path):
+    """The target's exact next-token law at temperature T after a token context (transformers, fp32)."""
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(1)
+    model = AutoModelForCausalLM.from_pretrained(str(target_path), dtype=torch.float32).eval()
+    cache: dict = {}
+
+    def law(ids: tuple[int, ...], temperature: float) -> np.ndarray:
+        key = (tuple(ids), temperature)
+        if key not in cache:
+            with torch.inference_mode():
+                logits = model(torch.tensor([list(ids)])).logits[0, -1].double()
+            cache[key] = torch.softmax(logits / temperature, -1).numpy()
+        return cache[key]
+
+    return law
+
+
+# Power of each e2e sampling test, printed at the end of the run (tests/e2e/test_ssd_sampling.py).
+POWER_REPORTS: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter):
+    if POWER_REPORTS:
+        terminalreporter.section("e2e sampling tests: power")
+        for line in POWER_REPORTS:
+            terminalreporter.write_line(line)
