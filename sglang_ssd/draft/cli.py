@@ -10,11 +10,13 @@ import logging
 import os
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from ..wire.codec import Limits
+from ..wire.settings import DraftSettings, add_setting_flags, settings_from_flags
 from ..wire.transport import ZmqServerTransport, is_loopback
 from .engine import DraftEngine, EngineConfig
 from .l0 import L0Level
@@ -31,15 +33,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default="cpu", help="cpu or cuda:N")
     p.add_argument("--dtype", default="auto", choices=["auto", *_DTYPES])
     p.add_argument("--attention", default="auto", choices=["auto", "torch", "flashinfer", "triton"])
-    p.add_argument("--k", type=int, default=7, help="draft tokens per round (K)")
-    p.add_argument("--fanout", default="geometric", choices=["geometric", "uniform"])
     p.add_argument("--fanout-list", default=None, help="fixed fan-out F_0..F_K, comma separated")
-    p.add_argument("--budget", type=int, default=24, help="Σ F_k: branches per request per round")
-    p.add_argument("--saguaro-c", type=float, default=1.0, help="Saguaro C in [0, 1] (1 = off)")
-    p.add_argument("--backup", default="auto", choices=["auto", "neural", "fast"])
-    p.add_argument("--mode", default="async", choices=["async", "sync"])
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    p.add_argument("--q-support", type=int, default=0, help="truncate draft sampling to top-S (0 = off)")
     p.add_argument("--kv-slots", type=int, default=0, help="KV pool size in tokens (0: from --kv-mem-mb)")
     p.add_argument("--kv-mem-mb", type=float, default=1024.0, help="KV pool memory when --kv-slots is 0")
     p.add_argument("--max-requests", type=int, default=1024)
@@ -48,45 +43,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-message-mb", type=float, default=512.0, help="largest accepted message")
     p.add_argument("--curve-secret-file", default=None, help="file with the server's Z85 CURVE secret key")
     p.add_argument("--l0", default=None, help="recursive chain: n-gram L0 file (models/ngram.json) drafting for --model")
-    p.add_argument("--l0-tokens", type=int, default=3, help="L0 proposals per draft-model forward")
-    p.add_argument("--l0-temperature", default="auto", help="L0 sampling temperature τ₀ ≥ 0, or auto (measured)")
-    p.add_argument("--draft-temperature", default=None,
-                   help="draft temperature τ₁ as a multiple of the request's T (e.g. 0.75), or auto (measured)")
+    g = p.add_argument_group("draft settings", "all at once as JSON (--settings, what the launcher passes), "
+                             "or one flag each; a flag given overrides the same field of --settings")  # fmt: skip
+    g.add_argument("--settings", default=None, help="a DraftSettings JSON object (sglang_ssd/wire/settings.py)")
+    add_setting_flags(g, "--", defaults=False)  # --k, --budget, ...: one per DraftSettings field
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)
 
 
-def _auto_or_float(flag: str, text: str) -> float | str:
-    if text == "auto":
-        return text
-    try:
-        return float(text)
-    except ValueError:
-        raise ValueError(f"{flag} must be a number or 'auto', got {text!r}") from None
+def draft_settings(args: argparse.Namespace) -> DraftSettings:
+    base = DraftSettings.from_json(args.settings) if args.settings else DraftSettings()
+    return replace(base, **settings_from_flags(args)).validate()
 
 
 def build_server(args: argparse.Namespace) -> DraftServer:
+    settings = draft_settings(args)  # before the model loads: a bad value fails at once
     dtype = None if args.dtype == "auto" else _DTYPES[args.dtype]
     model = DraftModel(args.model, device=args.device, dtype=dtype, kv_slots=args.kv_slots, attention=args.attention,
                        kv_mem_mb=args.kv_mem_mb)  # fmt: skip
     fanout_list = [int(x) for x in args.fanout_list.split(",")] if args.fanout_list else None
-    l0 = None
-    if args.l0:
-        l0 = L0Level.load(args.l0, args.l0_tokens, _auto_or_float("--l0-temperature", args.l0_temperature))
-    tau1 = None if args.draft_temperature is None else _auto_or_float("--draft-temperature", args.draft_temperature)
+    l0 = L0Level.load(args.l0, settings.l0_tokens, settings.l0_temperature) if args.l0 else None
     cfg = EngineConfig(
-        k=args.k,
-        fanout=args.fanout,
+        **vars(settings),
         fanout_list=fanout_list,
-        budget=args.budget,
-        saguaro_c=args.saguaro_c,
-        backup=args.backup,
-        mode=args.mode,
-        q_support=args.q_support,
         max_requests=args.max_requests,
         idle_timeout_s=args.idle_timeout,
         max_step_tokens=args.max_step_tokens,
-        draft_temperature=tau1,
     )
     max_bytes = int(args.max_message_mb * (1 << 20))
     limits = Limits(max_header_bytes=min(16 << 20, max_bytes), max_tensor_bytes=max_bytes, max_message_bytes=max_bytes)

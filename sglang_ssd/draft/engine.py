@@ -25,6 +25,7 @@ import torch
 from msgspec.structs import replace
 
 from ..wire.messages import DraftParams, OutcomeMsg
+from ..wire.settings import DraftSettings
 from ..wire.speculation import Speculation
 from .backup import ensure_capacity, fast_draft, neural_draft
 from .kv_pool import PoolExhausted
@@ -48,40 +49,20 @@ from .tree import (
 
 
 @dataclass
-class EngineConfig:
-    """``k``: draft tokens per round. ``fanout``: geometric | uniform | fixed (``fanout_list``).
-    ``budget``: Σ F_k. ``saguaro_c``: C of σ_{F,C}. ``backup``: auto | neural | fast. ``mode``: async | sync.
-    ``q_support``: S > 0 truncates the draft's sampling to its top-S tokens (q′ sparse, exact);
-    0 keeps q′ dense unless the request itself truncates (greedy, top-k ≤ ``sparse_top_k``)."""
+class EngineConfig(DraftSettings):
+    """The draft settings (wire/settings.py: K, fan-out, budget, Saguaro C, backup, mode, q-support, the
+    temperatures) plus limits only this server has. The engine drafts ``draft_k`` tokens per round (K,
+    AUTO_K_MAX under ``k="auto"``, at least 1). ``fanout_list``: a fixed F_0..F_K that replaces
+    ``fanout``/``budget``. ``sparse_top_k``: a request whose own top-k is at most this keeps q′ sparse
+    even with ``q_support`` 0."""
 
-    k: int = 7
-    fanout: str = "geometric"
     fanout_list: list[int] | None = None
-    budget: int = 24
-    saguaro_c: float = 1.0
-    backup: str = "auto"
-    mode: str = "async"
-    q_support: int = 0
     sparse_top_k: int = 1024
     max_requests: int = 1024
     idle_timeout_s: float = 600.0
     prefill_chunk: int = 512
     max_step_tokens: int = 4096
     cache_mem_mb: float = 256.0
-    draft_temperature: float | str | None = None  # τ₁ = m·T: None ⇒ m = 1, a number ⇒ that m, "auto" ⇒ measured
-
-    def validate(self) -> None:
-        if not 1 <= self.k <= 64:
-            raise ValueError(f"k must be in [1, 64], got {self.k}")
-        if self.budget < 0:
-            raise ValueError(f"budget must be ≥ 0, got {self.budget}")
-        if not 0.0 <= self.saguaro_c <= 1.0:
-            raise ValueError(f"saguaro_c must be in [0, 1], got {self.saguaro_c}")
-        if self.mode not in ("async", "sync"):
-            raise ValueError(f"mode must be async or sync, got {self.mode!r}")
-        m = self.draft_temperature
-        if m is not None and m != "auto" and (not isinstance(m, int | float) or m <= 0):
-            raise ValueError(f"draft_temperature multiplier must be > 0 or 'auto', got {m!r}")
 
 
 class RequestError(ValueError):
@@ -94,12 +75,12 @@ class DraftEngine:
 
     def __init__(self, model: DraftModel, cfg: EngineConfig, l0: L0Level | None = None) -> None:
         cfg.validate()
-        self.model, self.cfg, self.k, self.l0 = model, cfg, cfg.k, l0
+        self.model, self.cfg, self.k, self.l0 = model, cfg, cfg.draft_k, l0
         kind = "fixed" if cfg.fanout_list is not None else cfg.fanout
         budget = sum(cfg.fanout_list) if cfg.fanout_list is not None else cfg.budget
         self.budget = budget
-        self.planner = FanoutPlanner(kind, cfg.k, budget, cfg.fanout_list)
-        self.backup = BackupChooser("neural" if cfg.mode == "sync" else cfg.backup, cfg.k)
+        self.planner = FanoutPlanner(kind, self.k, budget, cfg.fanout_list)
+        self.backup = BackupChooser("neural" if cfg.mode == "sync" else cfg.backup, self.k)
         self.requests: dict[str, RequestState] = {}
         self._rng = random.Random()
         self._next_slot = 0
@@ -107,7 +88,7 @@ class DraftEngine:
         self._rr = 0  # round-robin start for capped work steps
         self._last_reply: float | None = None
         self._t_backup: float | None = None
-        self.store = SpecStore(model, cfg.k, budget, cfg.q_support, cfg.max_requests, int(cfg.cache_mem_mb * (1 << 20)))
+        self.store = SpecStore(model, self.k, budget, cfg.q_support, cfg.max_requests, int(cfg.cache_mem_mb * (1 << 20)))
         self.stats = EngineStats()
         m = cfg.draft_temperature
         self.tau1 = None if m is None else TemperatureCalibrator(multiplier=None if m == "auto" else float(m))

@@ -13,7 +13,6 @@ import time
 from sglang_ssd.sglang.config import SSDConfig
 
 READY_TIMEOUT_S = 600.0
-AUTO_K_MAX = 7  # with --ssd-k auto the draft server drafts up to this many tokens
 
 
 class DraftFleetError(RuntimeError):
@@ -21,22 +20,13 @@ class DraftFleetError(RuntimeError):
 
 
 def draft_server_command(config: SSDConfig, endpoint: str) -> list[str]:
-    k = AUTO_K_MAX if config.k == "auto" else config.k
-    chain: list[str] = []
-    if config.draft_chain:
-        chain = ["--l0", config.draft_chain[0], "--l0-tokens", str(config.l0_tokens),
-                 "--l0-temperature", str(config.l0_temperature)]  # fmt: skip
-    if config.q_support:
-        chain += ["--q-support", str(config.q_support)]
-    if config.draft_temperature is not None:
-        chain += ["--draft-temperature", str(config.draft_temperature)]
+    """The draft server's argv: where and what to load as flags, the draft settings as one JSON argument."""
     model = config.draft_chain[1] if config.draft_chain else config.draft_model_path
+    l0 = ["--l0", config.draft_chain[0]] if config.draft_chain else []
     return [
         sys.executable, "-m", "sglang_ssd.draft_server",
-        "--model", str(model), "--bind", endpoint, "--device", config.draft_device,
-        "--k", str(max(k, 1)), "--fanout", config.fanout, "--budget", str(config.budget),
-        "--saguaro-c", str(config.saguaro_c), "--backup", config.backup, "--mode", config.mode,
-        "--threads", "1", *chain,
+        "--model", str(model), "--bind", endpoint, "--device", config.draft_device, "--threads", "1", *l0,
+        "--settings", config.draft_settings().to_json(),
     ]  # fmt: skip
 
 

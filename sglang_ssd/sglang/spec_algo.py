@@ -15,14 +15,6 @@ from sglang_ssd.sglang.config import SSDConfig
 DEFAULT_MAX_RUNNING_REQUESTS = 48
 
 
-def draft_width(config: SSDConfig) -> int:
-    """Tokens per request in a verify forward: the root plus K drafts (K's ceiling under auto)."""
-    from sglang_ssd.sglang.draft_fleet import AUTO_K_MAX
-
-    k = AUTO_K_MAX if config.k == "auto" else config.k
-    return k + 1
-
-
 class SSDSpecAlgo(CustomSpecAlgo):
     def is_ngram(self) -> bool:
         return True
@@ -42,8 +34,7 @@ class SSDSpecAlgo(CustomSpecAlgo):
         return FutureMap(device, self, req_to_token_pool, needs_cpu_seq_lens, needs_confidence_relay)
 
     def handle_server_args(self, server_args) -> None:
-        config = SSDConfig.from_env()
-        width = draft_width(config)
+        width = SSDConfig.from_env().verify_width
         # The verify path is synchronous: the draft server overlaps with it instead.
         server_args.disable_overlap_schedule = True
         server_args.enable_mixed_chunk = False

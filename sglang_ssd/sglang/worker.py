@@ -36,7 +36,6 @@ from sglang_ssd.sglang.auto_k import AutoK
 from sglang_ssd.sglang.config import SSDConfig
 from sglang_ssd.sglang.draft_link import DraftLink
 from sglang_ssd.sglang.proposals import stack_proposals
-from sglang_ssd.sglang.spec_algo import draft_width
 from sglang_ssd.sglang.target_logits import processed_logits
 from sglang_ssd.sglang.tp_sync import TPSync
 from sglang_ssd.wire.messages import DraftParams
@@ -53,7 +52,7 @@ class SSDWorker(BaseSpecWorker):
         self.model_runner = target_worker.model_runner
         self.device = self.model_runner.device
         self.config = SSDConfig.from_env()
-        self.width = draft_width(self.config)  # root + K drafts
+        self.width = self.config.verify_width  # root + K drafts (K's ceiling under auto)
         self.k = self.width - 1
         self.speculative_num_draft_tokens = self.width
         # Tensor parallel: only the TP group's source rank talks to the draft server (tp_sync.py).

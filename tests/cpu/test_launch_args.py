@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from sglang_ssd.launch_server import LaunchError, build_sglang_argv
+from sglang_ssd.wire.settings import DraftSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = str(ROOT / "models" / "target")
@@ -28,6 +29,12 @@ def flag_value(argv: list[str], flag: str) -> list[str]:
     """Every value given for `flag` (`--flag v` or `--flag=v`)."""
     values = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag]
     return values + [a.split("=", 1)[1] for a in argv if a.startswith(flag + "=")]
+
+
+def sent_settings(command: list[str]) -> DraftSettings:
+    """The draft settings a draft-server command line carries (its one `--settings` JSON argument)."""
+    (text,) = flag_value(command, "--settings")
+    return DraftSettings.from_json(text).validate()
 
 
 def launch_error(argv: list[str]) -> str:
@@ -259,8 +266,8 @@ def test_draft_chain_builds_a_recursive_draft_server_command():
     assert config.draft_chain == [NGRAM, DRAFT] and config.l0_tokens == 2 and config.draft_temperature == "auto"
     cmd = draft_server_command(config, "ipc:///tmp/x.sock")
     assert flag_value(cmd, "--model") == [DRAFT] and flag_value(cmd, "--l0") == [NGRAM]
-    assert flag_value(cmd, "--l0-tokens") == ["2"] and flag_value(cmd, "--l0-temperature") == ["auto"]
-    assert flag_value(cmd, "--draft-temperature") == ["auto"]
+    sent = sent_settings(cmd)
+    assert (sent.l0_tokens, sent.l0_temperature, sent.draft_temperature) == (2, "auto", "auto")
 
 
 @pytest.mark.parametrize(
@@ -287,5 +294,5 @@ def test_q_support_reaches_the_draft_server_and_is_validated():
     from sglang_ssd.sglang.draft_fleet import draft_server_command
 
     _, _, _, config = build_sglang_argv(ssd("--ssd-q-support", "64"))
-    assert flag_value(draft_server_command(config, "ipc:///tmp/x.sock"), "--q-support") == ["64"]
+    assert sent_settings(draft_server_command(config, "ipc:///tmp/x.sock")).q_support == 64
     assert "--ssd-q-support" in launch_error(ssd("--ssd-q-support", "-1"))
