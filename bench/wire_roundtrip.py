@@ -35,9 +35,9 @@ from sglang_ssd.draft.random_model import write_random_model  # noqa: E402
 from sglang_ssd.wire import DraftClient, DraftParams, Outcome  # noqa: E402
 from sglang_ssd.wire.codec import Limits, decode_reply, encode_reply  # noqa: E402
 from sglang_ssd.wire.messages import Speculations  # noqa: E402
+from sglang_ssd.wire.spawn import DraftServerProcess, ipc_endpoint  # noqa: E402
 from sglang_ssd.wire.speculation import Speculation, msg_to_spec, spec_to_msg  # noqa: E402
 from sglang_ssd.wire.tensors import FrameWriter  # noqa: E402
-from tests.wire.serverproc import ServerProc, ipc_endpoint  # noqa: E402
 
 
 def best_bonus(model: DraftModel, context: list[int], excluded: int | None) -> int:
@@ -113,7 +113,7 @@ def main() -> None:
         for name, params, extra in forms:
             bind = ipc_endpoint() if transport == "ipc" else "tcp://127.0.0.1:*"
             cli = ["--k", str(k), "--fanout", "uniform", "--budget", "24", "--backup", "neural", *extra]
-            with ServerProc(folder, bind, *cli) as srv, DraftClient(srv.endpoint, timeout_s=60) as c:
+            with DraftServerProcess(folder, bind, *cli) as srv, DraftClient(srv.endpoint, timeout_s=60) as c:
                 hb = []
                 for _ in range(50):
                     t0 = time.perf_counter()

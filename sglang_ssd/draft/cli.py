@@ -17,6 +17,7 @@ import torch
 
 from ..wire.codec import Limits
 from ..wire.settings import DraftSettings, add_setting_flags, settings_from_flags
+from ..wire.spawn import READY
 from ..wire.transport import ZmqServerTransport, is_loopback
 from .engine import DraftEngine, EngineConfig
 from .l0 import L0Level
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    print(f"READY {transport.endpoint}", flush=True)
+    print(f"{READY} {transport.endpoint}", flush=True)
     try:
         server.serve(transport, lambda: stop["flag"])
     finally:

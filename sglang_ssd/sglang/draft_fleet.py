@@ -7,16 +7,14 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 
 from sglang_ssd.sglang.config import SSDConfig
+from sglang_ssd.wire.spawn import SpawnError, spawn_until_ready, stop_process
+
+# spawn_draft_server and stop_process are also how tests/e2e starts and stops its own draft servers.
+__all__ = ["DraftFleet", "SpawnError", "draft_server_command", "spawn_draft_server", "stop_process"]
 
 READY_TIMEOUT_S = 600.0
-
-
-class DraftFleetError(RuntimeError):
-    pass
 
 
 def draft_server_command(config: SSDConfig, endpoint: str) -> list[str]:
@@ -34,37 +32,7 @@ def spawn_draft_server(
     command: list[str], log_path: str, cores: set[int] | None = None, env: dict | None = None
 ) -> subprocess.Popen:
     """Start a draft server and wait for its `READY` line; its stderr goes to `log_path`."""
-    proc = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=open(log_path, "w"),
-        env={**(env or os.environ), "OMP_NUM_THREADS": "1"},
-        text=True,
-        preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None,
-    )
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if line.startswith("READY"):
-            # Keep draining stdout so the server never blocks on a full pipe.
-            threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
-            return proc
-        if not line and proc.poll() is not None:
-            with open(log_path) as f:
-                tail = f.read()[-2000:]
-            raise DraftFleetError(f"draft server exited with code {proc.returncode}:\n{tail}")
-    proc.kill()
-    raise DraftFleetError(f"draft server not ready after {READY_TIMEOUT_S:.0f} s (log: {log_path})")
-
-
-def stop_process(proc: subprocess.Popen, timeout: float = 20.0) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=timeout)
+    return spawn_until_ready(command, log_path, timeout_s=READY_TIMEOUT_S, cores=cores, env=env)[0]
 
 
 class DraftFleet:

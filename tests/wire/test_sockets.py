@@ -17,9 +17,8 @@ from sglang_ssd.draft.random_model import write_random_model
 from sglang_ssd.wire import DraftClient, DraftParams, DraftUnavailable, Outcome
 from sglang_ssd.wire.codec import Limits, decode_reply, encode_request
 from sglang_ssd.wire.messages import Heartbeat, Open
+from sglang_ssd.wire.spawn import DraftServerProcess, ipc_endpoint
 from sglang_ssd.wire.transport import curve_available
-
-from .serverproc import ServerProc, ipc_endpoint
 
 TINY = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2)
 
@@ -44,7 +43,7 @@ ARGS = ["--k", "4", "--fanout-list", "2,2,2,2,2", "--backup", "neural"]
 @pytest.fixture(scope="module")
 def shared_server(tiny_model):
     """One ipc server for the tests that do not need their own (a start costs seconds on a busy box)."""
-    with ServerProc(tiny_model, ipc_endpoint(), *ARGS, "--max-message-mb", "1", "--idle-timeout", "2") as srv:
+    with DraftServerProcess(tiny_model, ipc_endpoint(), *ARGS, "--max-message-mb", "1", "--idle-timeout", "2") as srv:
         yield srv
 
 
@@ -54,7 +53,7 @@ def test_round_trip_over_sockets(tiny_model, shared_server, transport):
         if transport == "ipc":
             srv = shared_server
         else:
-            srv = stack.enter_context(ServerProc(tiny_model, "tcp://127.0.0.1:*", *ARGS))
+            srv = stack.enter_context(DraftServerProcess(tiny_model, "tcp://127.0.0.1:*", *ARGS))
         with DraftClient(srv.endpoint, timeout_s=10) as c:
             assert c.ping()
             info = c.server_info()
@@ -79,7 +78,7 @@ def test_curve_encryption(tiny_model, tmp_path):
     public, secret = zmq.curve_keypair()
     key_file = tmp_path / "server.key"
     key_file.write_bytes(secret)
-    with ServerProc(tiny_model, "tcp://127.0.0.1:*", *ARGS, "--curve-secret-file", str(key_file)) as srv:
+    with DraftServerProcess(tiny_model, "tcp://127.0.0.1:*", *ARGS, "--curve-secret-file", str(key_file)) as srv:
         with DraftClient(srv.endpoint, timeout_s=10, curve_server_key=public) as c:
             assert c.open("a", [1, 2, 3], 4, DraftParams()).ok
         # Without the server's key the handshake never completes: no service, no crash.
@@ -111,7 +110,7 @@ def test_scripted_target_hit_rate_and_latency(medium_model):
     alpha, batch, rounds = 0.6, 3, 30
     rng = random.Random(0)
     local = DraftModel(medium_model, kv_slots=8192)
-    with ServerProc(medium_model, ipc_endpoint(), *ARGS) as srv, DraftClient(srv.endpoint, timeout_s=20) as c:
+    with DraftServerProcess(medium_model, ipc_endpoint(), *ARGS) as srv, DraftClient(srv.endpoint, timeout_s=20) as c:
         contexts, specs = {}, {}
         for i in range(batch):
             rid = f"r{i}"
@@ -237,7 +236,7 @@ def test_vanished_client_is_cleaned_up(shared_server):
 
 def test_timeout_dead_server_and_reconnect(tiny_model):
     bind = ipc_endpoint()
-    srv = ServerProc(tiny_model, bind, *ARGS)
+    srv = DraftServerProcess(tiny_model, bind, *ARGS)
     c = DraftClient(srv.endpoint, timeout_s=2)
     try:
         # A call that cannot finish in time raises, and its late reply is never mistaken for another's.
@@ -253,7 +252,7 @@ def test_timeout_dead_server_and_reconnect(tiny_model):
             c.round([Outcome("a", 0, 1)])
         assert time.perf_counter() - t0 < 10
         assert not c.ping(timeout_s=0.2)
-        srv = ServerProc(tiny_model, bind, *ARGS)
+        srv = DraftServerProcess(tiny_model, bind, *ARGS)
         assert c.ping()
         # The new server has never heard of "a": the worker re-opens it.
         assert "unknown request id" in c.round([Outcome("a", 0, 1)])[0].error
