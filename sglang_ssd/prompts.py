@@ -88,6 +88,13 @@ def load_prompts(kind: str | None = None, limit: int | None = None, path: str | 
     return prompts if limit is None else prompts[:limit]
 
 
+def chat_ids(tokenizer, prompt: str) -> list[int]:
+    """Token ids of `prompt` sent through the tokenizer's chat template, ready for the assistant's answer."""
+    messages = [{"role": "user", "content": prompt}]
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
 def export_bench_dataset(
     path: str | Path,
     kinds: Iterable[str] | None = None,

@@ -21,6 +21,7 @@ import torch
 from tqdm import tqdm
 
 from sglang_ssd.models.draft_prompts import training_prompts
+from sglang_ssd.prompts import chat_ids
 
 
 @dataclass(frozen=True)
@@ -37,13 +38,6 @@ class DataSpec:
     batch: int = 32
     seed: int = 0
     part: int = 0
-
-
-def chat_ids(tokenizer, prompt: str) -> list[int]:
-    """Token ids of `prompt` sent through the target's chat template, ready for the assistant's answer."""
-    messages = [{"role": "user", "content": prompt}]
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 @torch.inference_mode()

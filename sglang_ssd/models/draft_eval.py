@@ -31,9 +31,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from sglang_ssd.models.draft_data import chat_ids, generate_batch
+from sglang_ssd.models.draft_data import generate_batch
 from sglang_ssd.models.draft_model import load_draft
 from sglang_ssd.models.draft_prompts import held_out_prompts, training_prompts
+from sglang_ssd.prompts import chat_ids
 
 P_TOP = 256
 

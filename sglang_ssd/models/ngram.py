@@ -250,15 +250,9 @@ def corpus_from_draft_data(data_dir: Path) -> list[list[int]]:
 
 def corpus_from_prompts(tokenizer) -> list[list[int]]:
     """Chat-templated ids of every prompt of the packaged prompt set (fallback corpus)."""
-    from sglang_ssd.prompts import load_prompts
+    from sglang_ssd.prompts import chat_ids, load_prompts
 
     return [chat_ids(tokenizer, p.prompt) for p in load_prompts()]
-
-
-def chat_ids(tokenizer, prompt: str) -> list[int]:
-    text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                         add_generation_prompt=True)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 # --------------------------------------------------------------------------------------------- measuring
@@ -334,7 +328,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     from transformers import AutoTokenizer
 
-    from sglang_ssd.prompts import KINDS, load_prompts
+    from sglang_ssd.prompts import KINDS, chat_ids, load_prompts
 
     tok = AutoTokenizer.from_pretrained(args.target)
     data_dir = Path(args.data)

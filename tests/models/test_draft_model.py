@@ -112,7 +112,8 @@ def test_build_is_consistent_and_idempotent(draft_dir):
 def test_greedy_agreement_with_target_on_held_out_prompts(draft_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from sglang_ssd.models.draft_data import chat_ids, generate_batch
+    from sglang_ssd.models.draft_data import generate_batch
+    from sglang_ssd.prompts import chat_ids
 
     torch.set_num_threads(1)
     tok = AutoTokenizer.from_pretrained(str(TARGET))
