@@ -26,24 +26,24 @@ class ConfigError(ValueError):
     """A bad setting; the message is one line naming the flag."""
 
 
-def parse_k(text: str) -> int | str:
-    if text == "auto":
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        # argparse shows an ArgumentTypeError's own text ("argument --ssd-k: ..."); a plain
-        # ValueError would become "invalid parse_k value".
-        raise argparse.ArgumentTypeError(f"must be an integer or 'auto', got {text!r}") from None
+def _auto_or(convert, what: str):
+    """A flag parser: "auto" as it is, else `convert(text)`. It raises argparse's ArgumentTypeError, whose
+    text argparse shows as it is ("argument --ssd-k: must be ..."); a plain ValueError would read
+    "invalid parse value"."""
+
+    def parse(text: str):
+        if text == "auto":
+            return text
+        try:
+            return convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what} or 'auto', got {text!r}") from None
+
+    return parse
 
 
-def parse_auto_or_float(text: str) -> float | str:
-    if text == "auto":
-        return text
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number or 'auto', got {text!r}") from None
+parse_k = _auto_or(int, "an integer")
+parse_auto_or_float = _auto_or(float, "a number")
 
 
 def _flag(parse, help_text: str) -> dict:
