@@ -214,9 +214,12 @@ def markdown(out: dict) -> str:
         f"fp32 FMA **{roof['fma_g_per_s']} G/s**. Kernel route: {out['kernel_route']}. "
         f"Load average {out['loadavg'][0]:.2f} at the start, {out['loadavg_end'][0]:.2f} at the end.",
         "",
-        "Milliseconds per product (medians, routes interleaved, weights rotated past the L3 cache); "
-        "`read` = a pure streaming read of the same weights, timed with the routes; "
-        "`bound` = max(read, FMAs / FMA rate).",
+        "Milliseconds per product (medians, routes interleaved, weights rotated past the L3 cache; clock: "
+        + ("this thread's CPU time, which leaves out time the thread was not running on the shared machine "
+           "but not the other processes' pull on memory" if out.get("clock") == "thread" else "wall")
+        + "); `read` = a pure streaming read of the same weights, timed with the routes; "
+        "`bound` = max(read, FMAs / FMA rate). `compile` (Inductor's C++ GEMM template) is timed on one "
+        "weight copy, not rotated: for the small shapes that copy can sit in cache, an optimistic figure.",
         "",
     ]
     for name, s in out["shapes"].items():
