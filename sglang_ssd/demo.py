@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from sglang_ssd.cpu import linear as cpu_linear
 from sglang_ssd.prompts import load_prompts
 from sglang_ssd.sglang.server_process import CPU_SERVER_ARGS, SGLangServer
 
@@ -77,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:4s}: {tokens / seconds:6.1f} tokens/s ({tokens} tokens in {seconds:.1f} s){extra}")
     ratio = (results["SSD"][2] / results["SSD"][1]) / (results["AR"][2] / results["AR"][1])
     print(f"SSD/AR = {ratio:.2f}")
+    # Both servers ran their linears on this route (their logs say so): SGLANG_SSD_CPU_LINEAR=torch for A/B.
+    print(f"CPU linear route: {cpu_linear.setting()} ({cpu_linear.ENV})")
     return 0
 
 
