@@ -23,6 +23,21 @@ from tqdm import tqdm
 from sglang_ssd.models.draft_prompts import training_prompts
 from sglang_ssd.prompts import chat_ids
 
+SOURCES = ("templates", "sharegpt")
+
+
+def source_prompts(spec: DataSpec) -> list[str]:
+    """The n_greedy + n_sampled prompt texts of ``spec``'s part, from one fixed stream per source."""
+    n = spec.n_greedy + spec.n_sampled
+    if spec.source == "templates":
+        return [p for _, p in training_prompts(n * (spec.part + 1), seed=spec.seed)[n * spec.part:]]
+    from sglang_ssd.sharegpt import load_sharegpt
+
+    stream = load_sharegpt("train")
+    if n * (spec.part + 1) > len(stream):
+        raise ValueError(f"ShareGPT part {spec.part} of {n} prompts runs past the {len(stream)} training prompts")
+    return [p.prompt for p in stream[n * spec.part: n * (spec.part + 1)]]
+
 
 @dataclass(frozen=True)
 class DataSpec:
@@ -32,12 +47,14 @@ class DataSpec:
 
     n_greedy: int = 400
     n_sampled: int = 112
+    source: str = "templates"  # or "sharegpt": the train part of sglang_ssd/sharegpt.py's fixed split
     temperature: float = 0.7
     max_new: int = 128
     top_k: int = 32
     batch: int = 32
     seed: int = 0
     part: int = 0
+    max_prompt: int = 512  # prompt tokens kept (the end of a longer prompt: the question sits there)
 
 
 @torch.inference_mode()
@@ -101,20 +118,19 @@ def build_dataset(target_dir: Path, cache_dir: Path, spec: DataSpec) -> list[dic
     """Generate (or load from `cache_dir`) the distillation records for `spec`; deterministic in spec."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if spec.batch <= 0 or spec.max_new <= 0 or spec.top_k <= 0:
-        raise ValueError(f"batch, max_new and top_k must be positive, got {spec}")
+    if spec.batch <= 0 or spec.max_new <= 0 or spec.top_k <= 0 or spec.max_prompt <= 0:
+        raise ValueError(f"batch, max_new, top_k and max_prompt must be positive, got {spec}")
+    if spec.source not in SOURCES:
+        raise ValueError(f"source must be one of {SOURCES}, got {spec.source!r}")
     cache_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(str(target_dir))
-    n = spec.n_greedy + spec.n_sampled
-    prompts = training_prompts(n * (spec.part + 1), seed=spec.seed)[n * spec.part:]
-    jobs = [(p, 0.0) for _, p in prompts[: spec.n_greedy]] + [
-        (p, spec.temperature) for _, p in prompts[spec.n_greedy:]
-    ]
+    prompts = source_prompts(spec)
+    jobs = [(p, 0.0) for p in prompts[: spec.n_greedy]] + [(p, spec.temperature) for p in prompts[spec.n_greedy:]]
     # Similar lengths share a batch (less padding); the order is fixed by the spec, not by the cache.
-    ids = [chat_ids(tokenizer, p) for p, _ in jobs]
+    ids = [chat_ids(tokenizer, p)[-spec.max_prompt:] for p, _ in jobs]
     order = sorted(range(len(jobs)), key=lambda j: (jobs[j][1], len(ids[j]), j))
     batches = [order[i: i + spec.batch] for i in range(0, len(order), spec.batch)]
-    tag = f"g{spec.n_greedy}_s{spec.n_sampled}_t{spec.temperature}_n{spec.max_new}_k{spec.top_k}_b{spec.batch}_seed{spec.seed}" + (
+    tag = ("sharegpt_" if spec.source == "sharegpt" else "") + f"g{spec.n_greedy}_s{spec.n_sampled}_t{spec.temperature}_n{spec.max_new}_k{spec.top_k}_b{spec.batch}_seed{spec.seed}" + (
         f"_p{spec.part}" if spec.part else "")
     model = None
     records: list[dict] = []
@@ -143,3 +159,40 @@ def build_dataset(target_dir: Path, cache_dir: Path, spec: DataSpec) -> list[dic
         n_tok = sum(len(r["answer"]) for r in records)
         bar.set_postfix(tokens=n_tok, tok_s=f"{n_tok / max(time.time() - t0, 1e-9):.0f}")
     return records
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Generate (or finish generating) parts of the data ahead of training; prints the token count."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Generate the draft's distillation data (resumable, cached)")
+    ap.add_argument("--target", type=Path, default=Path("models/target"))
+    ap.add_argument("--data", type=Path, default=Path("models/draft_data"))
+    ap.add_argument("--source", choices=SOURCES, default="sharegpt")
+    ap.add_argument("--parts", default="0", help="part numbers: '0', '0-7' or '0,2,5'")
+    ap.add_argument("--n-greedy", type=int, default=DataSpec.n_greedy)
+    ap.add_argument("--n-sampled", type=int, default=DataSpec.n_sampled)
+    ap.add_argument("--max-new", type=int, default=DataSpec.max_new)
+    ap.add_argument("--batch", type=int, default=DataSpec.batch)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    parts: list[int] = []
+    for item in args.parts.split(","):
+        lo, _, hi = item.partition("-")
+        parts += list(range(int(lo), int(hi or lo) + 1))
+    torch.set_num_threads(1)
+    total = 0
+    for part in parts:
+        spec = DataSpec(n_greedy=args.n_greedy, n_sampled=args.n_sampled, max_new=args.max_new, batch=args.batch,
+                        seed=args.seed, part=part, source=args.source)  # fmt: skip
+        records = build_dataset(args.target, args.data, spec)
+        n_tok = sum(len(r["answer"]) for r in records)
+        total += n_tok
+        print(f"part {part}: {len(records)} answers, {n_tok} tokens (total so far {total})", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

@@ -1,4 +1,5 @@
-"""Shared real-server fixtures: each kind of server starts once per test session."""
+"""Shared real-server fixtures: each kind of server starts once per test session, and stops after the
+last test that uses it (tests/conftest.py runs the e2e tests grouped by server)."""
 
 from __future__ import annotations
 
@@ -75,6 +76,28 @@ def hf_greedy(target_path, equality_prompts) -> list[list[int]]:
     return outs
 
 
+# ---- release after last use ----------------------------------------------------------------------
+_STOPS: dict[str, object] = {}  # fixture name -> how to stop what it started
+_LAST_USER: dict[str, pytest.Item] = {}
+
+
+def held(name: str, stop) -> None:
+    """A session fixture's resource, stopped after the last test of the run that uses ``name``."""
+    _STOPS[name] = stop
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    result = yield
+    if not _LAST_USER:  # the final order is known once the run has started
+        for it in item.session.items:
+            for name in getattr(it, "fixturenames", ()):
+                _LAST_USER[name] = it
+    for name in [n for n in reversed(_STOPS) if _LAST_USER.get(n) is item]:  # servers before their drafts
+        _STOPS.pop(name)()  # the fixture's own teardown stops it again: a no-op
+    return result
+
+
 def start_server(target_path: Path, *extra: str, log_name: str, **kw) -> SGLangServer:
     argv = ["--model-path", str(target_path), *CPU_SERVER_ARGS, *extra]
     return SGLangServer(argv, log_path=Path("/tmp") / f"sglang_ssd_{log_name}.log", **kw).start()
@@ -83,6 +106,7 @@ def start_server(target_path: Path, *extra: str, log_name: str, **kw) -> SGLangS
 @pytest.fixture(scope="session")
 def ar_server(target_path):
     server = start_server(target_path, log_name="ar")
+    held("ar_server", server.stop)
     yield server
     server.stop()
 
@@ -92,6 +116,7 @@ def ngram_server(target_path):
     server = start_server(
         target_path, "--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "4", log_name="ngram"
     )
+    held("ngram_server", server.stop)
     yield server
     server.stop()
 
@@ -165,6 +190,7 @@ class DraftProcess:
 @pytest.fixture(scope="session")
 def ssd_draft(draft_path):
     proc = DraftProcess(draft_path).start()
+    held("ssd_draft", proc.stop)
     yield proc
     proc.stop()
 
@@ -176,6 +202,7 @@ def ssd_server(target_path, ssd_draft):
         target_path, "--speculative-algorithm", "SSD", "--ssd-draft-endpoint", ssd_draft.endpoint,
         "--ssd-draft-timeout", "3", *SSD_FLAGS, "--enable-metrics", log_name="ssd",
     )
+    held("ssd_server", server.stop)
     yield server
     server.stop()
 
@@ -187,6 +214,7 @@ def sd_server(target_path, draft_path):
         target_path, "--speculative-algorithm", "SSD", "--speculative-draft-model-path", str(draft_path),
         "--ssd-mode", "sync", *SSD_FLAGS, log_name="sd",
     )
+    held("sd_server", server.stop)
     yield server
     server.stop()
 
@@ -200,6 +228,7 @@ def ssd_auto_server(target_path):
         "--ssd-k", "auto", "--ssd-budget", "2", "--ssd-backup", "neural", "--ssd-draft-timeout", "10",
         "--max-running-requests", "128", log_name="ssd_auto",
     )
+    held("ssd_auto_server", server.stop)
     yield server
     server.stop()
 
@@ -215,6 +244,7 @@ def ssd3_draft(draft_path):
         pytest.fail(f"{NGRAM} is missing: run `make models` first (make test does it)")
     proc = DraftProcess(draft_path, draft_chain=[str(NGRAM), str(draft_path)],
                         l0_temperature="auto", draft_temperature="auto").start()  # fmt: skip
+    held("ssd3_draft", proc.stop)
     yield proc
     proc.stop()
 
@@ -225,6 +255,7 @@ def ssd3_server(target_path, ssd3_draft):
         target_path, "--speculative-algorithm", "SSD", "--ssd-draft-endpoint", ssd3_draft.endpoint,
         *SSD_FLAGS, log_name="ssd3",
     )  # fmt: skip
+    held("ssd3_server", server.stop)
     yield server
     server.stop()
 
@@ -241,7 +272,8 @@ PLANTED_ENABLED = os.environ.get("SSD_E2E_PLANTED") == "1"
 SELF_DRAFT_ARGS = ("--max-step-tokens", "32")
 
 
-def self_draft_kinds(target_path: Path) -> dict[str, dict]:
+def self_draft_kinds(target_path: Path, chain: bool = True) -> dict[str, dict]:
+    """``chain``: include the three-level one (a second target-sized model; only its test uses it)."""
     if not NGRAM.is_file():
         pytest.fail(f"{NGRAM} is missing: run `make models` first (make test does it)")
     return {
@@ -249,7 +281,7 @@ def self_draft_kinds(target_path: Path) -> dict[str, dict]:
         "fast": {"backup": "fast"},
         "saguaro": {"saguaro_c": 0.3},
         "q64": {"q_support": 64},
-        "chain": {"draft_chain": [str(NGRAM), str(target_path)]},  # L0 n-gram → L1 target → target
+        **({"chain": {"draft_chain": [str(NGRAM), str(target_path)]}} if chain else {}),  # L0 n-gram → L1 target
         # A deliberately wrong draft rule, to show the sampling test's power; only with
         # SSD_E2E_PLANTED=1 (tests/e2e/test_ssd_sampling.py::test_planted_bug_is_rejected).
         **({"planted": {"script": PLANTED_SCRIPT}} if PLANTED_ENABLED else {}),
@@ -257,13 +289,15 @@ def self_draft_kinds(target_path: Path) -> dict[str, dict]:
 
 
 @pytest.fixture(scope="session")
-def self_drafts(target_path) -> dict[str, DraftProcess]:
+def self_drafts(target_path, request) -> dict[str, DraftProcess]:
     from concurrent.futures import ThreadPoolExecutor
 
+    chain = any("[chain]" in item.nodeid for item in request.session.items)
     procs = {name: DraftProcess(target_path, name=f"self_{name}", k=SELF_K, budget=2, extra_args=SELF_DRAFT_ARGS, **kw)
-             for name, kw in self_draft_kinds(target_path).items()}  # fmt: skip
+             for name, kw in self_draft_kinds(target_path, chain).items()}  # fmt: skip
     with ThreadPoolExecutor(len(procs)) as pool:
         list(pool.map(DraftProcess.start, procs.values()))
+    held("self_drafts", lambda: [proc.stop() for proc in procs.values()])
     yield procs
     for proc in procs.values():
         proc.stop()
@@ -276,6 +310,7 @@ def self_server(target_path, self_drafts):
         target_path, "--speculative-algorithm", "SSD", *endpoints, "--ssd-k", str(SELF_K),
         "--ssd-draft-timeout", "10", "--max-running-requests", "128", log_name="ssd_self",
     )  # fmt: skip
+    held("self_server", server.stop)
     yield server
     server.stop()
 

