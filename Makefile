@@ -35,13 +35,13 @@ $(VENV)/.installed-gpu: requirements/gpu.txt pyproject.toml
 models: install models/target/config.json models/draft/config.json models/ngram.json
 
 models/target/config.json:
-	$(PY) -m sglang_ssd.models.convert --out models/target
+	$(PY) -m sglang_ssd.tools.convert --out models/target
 
 models/draft/config.json: models/target/config.json
-	$(PY) -m sglang_ssd.models.draft_build --target models/target --out models/draft
+	$(PY) -m sglang_ssd.tools.draft_build --target models/target --out models/draft
 
 models/ngram.json: models/target/config.json
-	$(PY) -m sglang_ssd.models.ngram --target models/target --out models/ngram.json
+	$(PY) -m sglang_ssd.tools.ngram --target models/target --out models/ngram.json
 
 demo: models
 	$(PY) -m sglang_ssd.demo

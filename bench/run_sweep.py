@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from sglang_ssd.cpu import linear as cpu_linear  # noqa: E402
 from sglang_ssd.prompts import export_bench_dataset  # noqa: E402
-from sglang_ssd.sglang.server_process import CPU_SERVER_ARGS, SGLangServer  # noqa: E402
+from sglang_ssd.tools.server_process import CPU_SERVER_ARGS, SGLangServer  # noqa: E402
 
 COUNTERS = ("ssd_hits", "ssd_lookups", "ssd_fast_backups", "ssd_drafted", "ssd_accepted", "ssd_rejected",
             "ssd_emitted", "ssd_rounds", "ssd_verify_s", "ssd_link_s", "ssd_open_s", "ssd_math_s", "ssd_total_s",

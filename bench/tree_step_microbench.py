@@ -25,10 +25,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sglang_ssd.draft.model import DraftModel, Span  # noqa: E402
-from sglang_ssd.draft.random_model import write_random_model  # noqa: E402
 from sglang_ssd.draft.request import RequestState, Stage  # noqa: E402
 from sglang_ssd.draft.sampler import RowParams  # noqa: E402
 from sglang_ssd.draft.tree import glue_span, select_forks, tree_span  # noqa: E402
+from sglang_ssd.tools.random_model import write_random_model  # noqa: E402
 
 
 def pick_model(arg: str | None) -> Path:

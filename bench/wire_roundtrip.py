@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from sglang_ssd.algo.probs import SparseProbs  # noqa: E402
 from sglang_ssd.draft.model import DraftModel, Span  # noqa: E402
-from sglang_ssd.draft.random_model import write_random_model  # noqa: E402
+from sglang_ssd.tools.random_model import write_random_model  # noqa: E402
 from sglang_ssd.wire import DraftClient, DraftParams, Outcome  # noqa: E402
 from sglang_ssd.wire.codec import Limits, decode_reply, encode_reply  # noqa: E402
 from sglang_ssd.wire.messages import Speculations  # noqa: E402

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sglang_ssd.cpu import linear as cpu_linear
 from sglang_ssd.prompts import load_prompts
-from sglang_ssd.sglang.server_process import CPU_SERVER_ARGS, SGLangServer
+from sglang_ssd.tools.server_process import CPU_SERVER_ARGS, SGLangServer
 
 ROOT = Path(__file__).resolve().parents[1]
 

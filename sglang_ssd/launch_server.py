@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sglang_ssd.sglang.config import ENV_JSON, ConfigError, add_ssd_arguments, config_from_args
+from sglang_ssd.target.config import ENV_JSON, ConfigError, add_ssd_arguments, config_from_args
 
 CPU_DEFAULTS = (
     ("--attention-backend", "torch_native"),
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
-    from sglang_ssd.sglang.draft_fleet import DraftFleet
+    from sglang_ssd.target.draft_fleet import DraftFleet
 
     fleet = DraftFleet(config) if config is not None else None
     child_env = {**os.environ, **env}

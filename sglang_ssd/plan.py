@@ -314,7 +314,14 @@ def format_plan(p: Plan) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .planner.sweep import checkable, compare_sweep, estimate_alpha_r, load_sweep, mean_of_runs, saguaro_table
+    from .planner.sweep import (
+        checkable,
+        compare_sweep,
+        estimate_alpha_r,
+        load_sweep,
+        mean_of_runs,
+        saguaro_table,
+    )
 
     ap = argparse.ArgumentParser(prog="python -m sglang_ssd.plan", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip

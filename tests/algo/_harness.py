@@ -108,7 +108,7 @@ class Setup:
 
 # ---- penalties: the server's rule -----------------------------------------------------------------
 #
-# SGLang's speculative workers (and ours, sglang_ssd/sglang/target_logits.py) add the penalties
+# SGLang's speculative workers (and ours, sglang_ssd/target/target_logits.py) add the penalties
 # accumulated over the committed context to every position of the chain, then the logit bias. The
 # law that rule gives a round is plain sampling with those penalties held fixed for the whole round.
 
@@ -147,7 +147,7 @@ def reference_penalize(logits: torch.Tensor, info: SimpleNamespace) -> torch.Ten
 
 def server_penalize(logits: torch.Tensor, chain: torch.Tensor, info: SimpleNamespace) -> torch.Tensor:
     """The server's own function on the verify logits ``[N, K+1, V]``."""
-    from sglang_ssd.sglang.target_logits import processed_logits
+    from sglang_ssd.target.target_logits import processed_logits
 
     n, width, vocab = logits.shape
     batch = SimpleNamespace(sampling_info=info, has_grammar=False)

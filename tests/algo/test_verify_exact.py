@@ -11,7 +11,7 @@ each case also asserts its power: ≥ 0.9 against any TV bias ≥ 0.03, 0.04 for
 recursive level, and that ≥ 1 % of its rows accepted every draft). T = 0 must be token-identical to
 greedy decoding. That these checks can fail is shown by the planted bugs in tests/mutants.
 
-Penalties: SGLang's speculative rule, which the server follows (sglang_ssd/sglang/target_logits.py):
+Penalties: SGLang's speculative rule, which the server follows (sglang_ssd/target/target_logits.py):
 the penalties accumulated over the committed context, and the logit bias, are added to every position
 of the chain. The penalty cases build the verify logits with that very function and compare with plain
 sampling under the committed context's penalties held for the whole round. That is the guarantee: a

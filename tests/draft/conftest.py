@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from sglang_ssd.draft.random_model import write_random_model
+from sglang_ssd.tools.random_model import write_random_model
 
 torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")

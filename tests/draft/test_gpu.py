@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from sglang_ssd.draft.config import ModelConfig
-from sglang_ssd.draft.gpu_check import SMALL
 from sglang_ssd.draft.model import DraftModel, Span
-from sglang_ssd.draft.random_model import random_weights
+from sglang_ssd.tools.gpu_check import SMALL
+from sglang_ssd.tools.random_model import random_weights
 
 HAS_FLASHINFER = torch.cuda.is_available() and importlib.util.find_spec("flashinfer") is not None
 
@@ -28,7 +28,7 @@ def test_random_weights_build_a_runnable_model():
 
 def test_agreement_harness_on_cpu():
     """The mirroring harness itself (torch against torch here): identical forwards agree exactly."""
-    from sglang_ssd.draft.gpu_check import agreement
+    from sglang_ssd.tools.gpu_check import agreement
 
     tiny = {**SMALL, "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
             "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}  # fmt: skip
@@ -38,7 +38,7 @@ def test_agreement_harness_on_cpu():
 
 def test_timing_harness_on_cpu():
     """The timing rows `make gpu-check` reports (tree step vs the same tokens without a tree mask)."""
-    from sglang_ssd.draft.gpu_check import timing
+    from sglang_ssd.tools.gpu_check import timing
 
     tiny = {**SMALL, "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
             "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}  # fmt: skip
@@ -49,7 +49,7 @@ def test_timing_harness_on_cpu():
 
 @pytest.mark.skipif(not HAS_FLASHINFER, reason="needs a CUDA device with flashinfer installed")
 def test_flashinfer_tree_attention_matches_torch():
-    from sglang_ssd.draft.gpu_check import agreement
+    from sglang_ssd.tools.gpu_check import agreement
 
     report = agreement("cuda:0")
     assert report["forwards"] > 8

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sglang_ssd.prompts import load_prompts
-from sglang_ssd.sglang.server_process import CPU_SERVER_ARGS, SGLangServer
+from sglang_ssd.tools.server_process import CPU_SERVER_ARGS, SGLangServer
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "models" / "target"
@@ -148,7 +148,7 @@ class DraftProcess:
                  script: Path | None = None, **config_extra):
         import tempfile
 
-        from sglang_ssd.sglang.config import SSDConfig
+        from sglang_ssd.target.config import SSDConfig
 
         self.endpoint = f"ipc://{tempfile.mkdtemp(prefix='ssd-test-')}/draft.sock"
         fields = {"k": SSD_K, "budget": 12, "backup": "neural", **config_extra}
@@ -156,7 +156,7 @@ class DraftProcess:
         self.log = f"/tmp/sglang_ssd_test_draft{'_chain' if config_extra.get('draft_chain') else ''}.log"
         if name is not None:
             self.log = f"/tmp/sglang_ssd_test_draft_{name}.log"
-        from sglang_ssd.sglang.draft_fleet import draft_server_command
+        from sglang_ssd.target.draft_fleet import draft_server_command
 
         self.command = draft_server_command(config, self.endpoint) + list(extra_args)
         if script is not None:
@@ -164,7 +164,7 @@ class DraftProcess:
         self.proc = None
 
     def start(self) -> DraftProcess:
-        from sglang_ssd.sglang.draft_fleet import spawn_draft_server
+        from sglang_ssd.target.draft_fleet import spawn_draft_server
 
         self.proc = spawn_draft_server(self.command, self.log)
         return self
@@ -181,7 +181,7 @@ class DraftProcess:
         os.kill(self.proc.pid, signal.SIGCONT)
 
     def stop(self) -> None:
-        from sglang_ssd.sglang.draft_fleet import stop_process
+        from sglang_ssd.target.draft_fleet import stop_process
 
         if self.proc is not None:
             stop_process(self.proc)

@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 import zmq
 
-from sglang_ssd.sglang.draft_link import RETRY_S
+from sglang_ssd.target.draft_link import RETRY_S
 from sglang_ssd.wire.client import DraftClient
 from tests.e2e.conftest import greedy_tokens, rids_for
 

@@ -20,7 +20,7 @@ from sglang_ssd.algo import verify as verify_mod
 from sglang_ssd.algo.probs import sample_from_weights
 from sglang_ssd.algo.sampling_params import GREEDY_EPS, SamplingBatch
 from sglang_ssd.draft import recursive
-from sglang_ssd.sglang import target_logits
+from sglang_ssd.target import target_logits
 
 Patch = tuple[object, str, object]
 

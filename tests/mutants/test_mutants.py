@@ -11,7 +11,7 @@ import pytest
 from sglang_ssd.algo import cascade, saguaro
 from sglang_ssd.algo import verify as verify_mod
 from sglang_ssd.draft import recursive
-from sglang_ssd.sglang import target_logits
+from sglang_ssd.target import target_logits
 from tests.algo._cases import ALL_CASES, CASES
 
 from .planted import MUTANTS, planted

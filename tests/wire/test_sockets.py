@@ -13,7 +13,7 @@ import torch
 import zmq
 
 from sglang_ssd.draft.model import DraftModel, Span
-from sglang_ssd.draft.random_model import write_random_model
+from sglang_ssd.tools.random_model import write_random_model
 from sglang_ssd.wire import DraftClient, DraftParams, DraftUnavailable, Outcome
 from sglang_ssd.wire.codec import Limits, decode_reply, encode_request
 from sglang_ssd.wire.messages import Heartbeat, Open

@@ -3,14 +3,14 @@
 The target side of SSD is a chain verify of K+1 tokens per request with no draft model and no draft
 KV in the target process — the shape of SGLang's NGRAM path. Answering `is_ngram()` reuses every
 scheduler branch NGRAM has (verify KV allocation, result relay, memory sizing) while the worker
-(`sglang_ssd.sglang.worker.SSDWorker`) does its own drafting link and exact verification.
+(`sglang_ssd.target.worker.SSDWorker`) does its own drafting link and exact verification.
 """
 
 from __future__ import annotations
 
 from sglang.srt.speculative.spec_registry import CustomSpecAlgo
 
-from sglang_ssd.sglang.config import SSDConfig
+from sglang_ssd.target.config import SSDConfig
 
 DEFAULT_MAX_RUNNING_REQUESTS = 48
 
@@ -46,7 +46,7 @@ class SSDSpecAlgo(CustomSpecAlgo):
 
 
 def worker_factory(server_args):
-    from sglang_ssd.sglang.worker import SSDWorker
+    from sglang_ssd.target.worker import SSDWorker
 
     return SSDWorker
 

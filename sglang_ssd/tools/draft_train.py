@@ -1,9 +1,9 @@
 """Train the draft model: the deterministic script that produced the shipped weights.
 
-    python -m sglang_ssd.models.draft_train --target models/target \\
+    python -m sglang_ssd.tools.draft_train --target models/target \\
         [--data models/draft_data] [--parts 2] [--layers 0,1,29] [--vocab 8192] [--freeze head] \\
         [--steps 600] [--holdout N] \\
-        [--out sglang_ssd/models/weights/draft_weights.safetensors]
+        [--out sglang_ssd/tools/weights/draft_weights.safetensors]
 
 Pipeline (one thread, fixed seeds; the same arguments give the same weights):
 1. Data (draft_data.py): the target answers training prompts of four kinds (chat/instructions,
@@ -37,8 +37,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from sglang_ssd.models.draft_data import DataSpec, build_dataset
-from sglang_ssd.models.draft_model import DRAFT_TOKEN_IDS, HEAD_FROM_EMBEDDING, SubsetHead, draft_config
+from sglang_ssd.tools.draft_data import DataSpec, build_dataset
+from sglang_ssd.tools.draft_model import DRAFT_TOKEN_IDS, HEAD_FROM_EMBEDDING, SubsetHead, draft_config
 
 DEFAULT_OUT = Path(__file__).parent / "weights" / "draft_weights.safetensors"
 

@@ -31,13 +31,13 @@ from sglang.srt.speculative.spec_utils import move_accept_tokens_to_target_kvcac
 
 from sglang_ssd.algo.sampling_params import SamplingBatch
 from sglang_ssd.algo.verify import ChainVerifyResult, verify_chain
-from sglang_ssd.sglang import metrics
-from sglang_ssd.sglang.auto_k import AutoK
-from sglang_ssd.sglang.config import SSDConfig
-from sglang_ssd.sglang.draft_link import DraftLink
-from sglang_ssd.sglang.proposals import stack_proposals
-from sglang_ssd.sglang.target_logits import processed_logits
-from sglang_ssd.sglang.tp_sync import TPSync
+from sglang_ssd.target import metrics
+from sglang_ssd.target.auto_k import AutoK
+from sglang_ssd.target.config import SSDConfig
+from sglang_ssd.target.draft_link import DraftLink
+from sglang_ssd.target.proposals import stack_proposals
+from sglang_ssd.target.target_logits import processed_logits
+from sglang_ssd.target.tp_sync import TPSync
 from sglang_ssd.wire.messages import DraftParams
 from sglang_ssd.wire.speculation import Outcome, Speculation
 

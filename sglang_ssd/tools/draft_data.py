@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from sglang_ssd.models.draft_prompts import training_prompts
 from sglang_ssd.prompts import chat_ids
+from sglang_ssd.tools.draft_prompts import training_prompts
 
 SOURCES = ("templates", "sharegpt")
 

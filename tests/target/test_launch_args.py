@@ -258,7 +258,7 @@ DRAFT = str(ROOT / "models" / "draft")
 
 
 def test_draft_chain_builds_a_recursive_draft_server_command():
-    from sglang_ssd.sglang.draft_fleet import draft_server_command
+    from sglang_ssd.target.draft_fleet import draft_server_command
 
     argv = ["--model-path", TARGET, "--device", "cpu", "--speculative-algorithm", "SSD",
             "--ssd-draft-chain", f"{NGRAM},{DRAFT}", "--ssd-l0-tokens", "2", "--ssd-draft-temperature", "auto"]  # fmt: skip
@@ -291,7 +291,7 @@ def test_bad_level_settings_are_one_line_errors(flag, value):
 
 
 def test_q_support_reaches_the_draft_server_and_is_validated():
-    from sglang_ssd.sglang.draft_fleet import draft_server_command
+    from sglang_ssd.target.draft_fleet import draft_server_command
 
     _, _, _, config = build_sglang_argv(ssd("--ssd-q-support", "64"))
     assert sent_settings(draft_server_command(config, "ipc:///tmp/x.sock")).q_support == 64

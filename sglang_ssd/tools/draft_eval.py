@@ -1,6 +1,6 @@
 """Evaluate a draft against the target: acceptance, cost, size.
 
-    python -m sglang_ssd.models.draft_eval --target models/target --draft models/draft \\
+    python -m sglang_ssd.tools.draft_eval --target models/target --draft models/draft \\
         [--prompts held-out|train] [--max-new 96] [--json out.json]
 
 Measures, on the 40 hand-written held-out prompts (or, labelled, on training prompts):
@@ -31,10 +31,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from sglang_ssd.models.draft_data import generate_batch
-from sglang_ssd.models.draft_model import load_draft
-from sglang_ssd.models.draft_prompts import held_out_prompts, training_prompts
 from sglang_ssd.prompts import chat_ids
+from sglang_ssd.tools.draft_data import generate_batch
+from sglang_ssd.tools.draft_model import load_draft
+from sglang_ssd.tools.draft_prompts import held_out_prompts, training_prompts
 
 P_TOP = 256
 

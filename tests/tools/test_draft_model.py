@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from sglang_ssd.models.draft_build import DEFAULT_WEIGHTS, build
-from sglang_ssd.models.draft_eval import chain_replay
-from sglang_ssd.models.draft_model import SubsetHead, load_draft
-from sglang_ssd.models.draft_prompts import HELD_OUT, held_out_prompts, training_prompts
-from sglang_ssd.models.draft_train import choose_vocab
+from sglang_ssd.tools.draft_build import DEFAULT_WEIGHTS, build
+from sglang_ssd.tools.draft_eval import chain_replay
+from sglang_ssd.tools.draft_model import SubsetHead, load_draft
+from sglang_ssd.tools.draft_prompts import HELD_OUT, held_out_prompts, training_prompts
+from sglang_ssd.tools.draft_train import choose_vocab
 from tests.model_paths import require_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,8 +112,8 @@ def test_build_is_consistent_and_idempotent(draft_dir):
 def test_greedy_agreement_with_target_on_held_out_prompts(draft_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from sglang_ssd.models.draft_data import generate_batch
     from sglang_ssd.prompts import chat_ids
+    from sglang_ssd.tools.draft_data import generate_batch
 
     torch.set_num_threads(1)
     tok = AutoTokenizer.from_pretrained(str(TARGET))

@@ -20,8 +20,8 @@ import torch.multiprocessing as mp
 from sglang_ssd.algo.probs import SparseProbs
 from sglang_ssd.algo.sampling_params import SamplingBatch
 from sglang_ssd.algo.verify import verify_chain
-from sglang_ssd.sglang.proposals import BatchProposal
-from sglang_ssd.sglang.tp_sync import TPSync
+from sglang_ssd.target.proposals import BatchProposal
+from sglang_ssd.target.tp_sync import TPSync
 
 B, V = 6, 40
 

@@ -98,7 +98,7 @@ def write_random_model(
 
 def random_weights(cfg, dtype, device, seed: int = 0):
     """:class:`ModelWeights` for ``cfg`` drawn on ``device`` (timing runs; values scaled as above)."""
-    from .weights import LayerWeights, ModelWeights
+    from sglang_ssd.draft.weights import LayerWeights, ModelWeights
 
     g = torch.Generator(device=device).manual_seed(seed)
     h, d, inter = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size

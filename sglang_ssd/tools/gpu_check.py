@@ -9,7 +9,7 @@
    with each attention backend; the glue forward (K+1 tokens a request) is the plain-decode reference
    at a comparable token count.
 
-    python -m sglang_ssd.draft.gpu_check --out out/draft_gpu_check.json
+    python -m sglang_ssd.tools.gpu_check --out out/draft_gpu_check.json
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ from pathlib import Path
 
 import torch
 
-from ..wire.messages import DraftParams
-from .config import ModelConfig
-from .engine import DraftEngine, EngineConfig
-from .model import DraftModel
+from sglang_ssd.draft.config import ModelConfig
+from sglang_ssd.draft.engine import DraftEngine, EngineConfig
+from sglang_ssd.draft.model import DraftModel
+from sglang_ssd.wire.messages import DraftParams
+
 from .random_model import random_weights
 
 LLAMA_1B = {
@@ -108,7 +109,7 @@ def available_backends() -> list[str]:
 
 def timing(device: str = "cuda:0", batches=(1, 4, 16), context: int = 512, repeats: int = 10,
            cfg_dict: dict = LLAMA_1B, backends: list[str] | None = None, dtype=torch.bfloat16) -> list[dict]:  # fmt: skip
-    from .tree import glue_span, tree_span
+    from sglang_ssd.draft.tree import glue_span, tree_span
 
     cfg = ModelConfig.from_dict(cfg_dict)
     w = random_weights(cfg, dtype, torch.device(device))

@@ -1,4 +1,4 @@
-"""`--ssd-k auto` (sglang_ssd/sglang/auto_k.py) against simulated step costs: it must find plain
+"""`--ssd-k auto` (sglang_ssd/target/auto_k.py) against simulated step costs: it must find plain
 decoding where speculation does not pay (a CPU-like cost curve, a weak draft) and long drafts where it
 does (a flat, GPU-like curve, a strong draft), per batch size."""
 
@@ -9,7 +9,7 @@ import random
 import pytest
 
 from sglang_ssd.algo.policy import expected_tokens
-from sglang_ssd.sglang.auto_k import AutoK
+from sglang_ssd.target.auto_k import AutoK
 
 CPU_STEP_MS = {1: 70.0, 2: 95.0, 3: 110.0, 4: 100.0, 5: 116.0}  # whole worker steps, 2-core CPU shape
 FLAT_STEP_MS = {w: 20.0 + 0.5 * w for w in range(1, 6)}
@@ -129,7 +129,7 @@ def test_snapshot_of_a_parked_bucket():
 def test_parked_explorations_back_off_and_reset_when_a_draft_wins():
     """Each parked exploration costs re-opening the batch on the draft server: while plain decoding
     keeps winning they grow rarer (doubling, capped); once drafts win again the interval resets."""
-    from sglang_ssd.sglang import auto_k as mod
+    from sglang_ssd.target import auto_k as mod
 
     auto = AutoK(4)
     tries = []

@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from sglang_ssd.algo.probs import SparseProbs
 from sglang_ssd.algo.verify import ChainVerifyResult
-from sglang_ssd.sglang.proposals import BatchProposal
+from sglang_ssd.target.proposals import BatchProposal
 
 _SPARSE, _DENSE = 0, 1
 

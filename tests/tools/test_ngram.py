@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from sglang_ssd.models.ngram import NgramDraft, greedy_acceptance
+from sglang_ssd.tools.ngram import NgramDraft, greedy_acceptance
 
 CORPUS = [
     [1, 2, 3, 4, 5, 1, 2, 3, 4, 6],
@@ -134,7 +134,7 @@ def test_greedy_acceptance_counts():
 
 
 def test_corpus_reads_training_batches_only(tmp_path):
-    from sglang_ssd.models.ngram import corpus_from_draft_data
+    from sglang_ssd.tools.ngram import corpus_from_draft_data
 
     rec = {"prompt": torch.tensor([1, 2]), "answer": torch.tensor([3, 4, 2])}
     torch.save([rec, rec], tmp_path / "g4_s0_seed0_batch_0000.pt")

@@ -9,8 +9,8 @@ def register_ssd() -> None:
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
     from sglang.srt.speculative.spec_registry import get_spec
 
-    from sglang_ssd.sglang import metrics
-    from sglang_ssd.sglang.spec_algo import SSDSpecAlgo, validate_server_args, worker_factory
+    from sglang_ssd.target import metrics
+    from sglang_ssd.target.spec_algo import SSDSpecAlgo, validate_server_args, worker_factory
 
     if get_spec("SSD") is None:
         SpeculativeAlgorithm.register(

@@ -21,10 +21,10 @@ vote therefore outweighs everything else, so the argmax follows (a) whenever (a)
 otherwise. ``distribution`` keeps the ``top`` most likely tokens and renormalizes them, so it is a
 proper bounded-support proposal q; ``propose`` is the greedy chain of argmaxes (a point-mass proposal).
 
-Build (corpus: the target's answers cached under ``models/draft_data`` by ``sglang_ssd.models.draft_data``
+Build (corpus: the target's answers cached under ``models/draft_data`` by ``sglang_ssd.tools.draft_data``
 when present, else the chat-templated prompt set) and measure greedy acceptance against the target:
 
-    python -m sglang_ssd.models.ngram --target models/target --out models/ngram.json --eval 20
+    python -m sglang_ssd.tools.ngram --target models/target --out models/ngram.json --eval 20
 """
 
 from __future__ import annotations
@@ -236,7 +236,7 @@ class NgramDraft:
 
 # --------------------------------------------------------------------------------------------- building
 def corpus_from_draft_data(data_dir: Path) -> list[list[int]]:
-    """prompt + answer ids of every training record cached by `sglang_ssd.models.draft_data` in `data_dir`.
+    """prompt + answer ids of every training record cached by `sglang_ssd.tools.draft_data` in `data_dir`.
 
     Only the training batches (`*_batch_*.pt`) are read: the evaluation references cached there by
     `draft_eval` (`eval_ref_*.pt`) answer held-out prompts and must stay out of any fitted table.
