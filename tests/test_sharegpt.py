@@ -1,0 +1,64 @@
+"""ShareGPT first-turn prompts: the lenient reader and the fixed split."""
+
+import json
+
+import pytest
+
+from sglang_ssd import sharegpt
+from sglang_ssd.sharegpt import HELD_OUT, first_turn, load_sharegpt, read_conversations
+
+
+def _conv(cid: str, human: str, reply: str = "ok", first: str = "human") -> dict:
+    return {"id": cid, "conversations": [{"from": first, "value": human}, {"from": "gpt", "value": reply}]}
+
+
+def test_reader_keeps_complete_conversations_before_the_cut():
+    convs = [_conv(f"c{i}", f"question number {i}") for i in range(5)]
+    text = json.dumps(convs, indent=2)
+    cut = text[: text.index('"c4"') + 10]  # the last conversation ends mid-string
+    got, dropped = read_conversations(cut)
+    assert [c["id"] for c in got] == ["c0", "c1", "c2", "c3"]
+    assert dropped > 0
+    whole, dropped = read_conversations(text)
+    assert len(whole) == 5 and dropped == 0
+
+
+def test_first_turn_needs_a_human_opening_with_a_reply():
+    assert first_turn(_conv("a", "  hello there  ")) == "hello there"
+    assert first_turn(_conv("b", "hi", first="gpt")) is None
+    assert first_turn({"id": "c", "conversations": [{"from": "human", "value": "alone"}]}) is None
+    assert first_turn({"id": "d"}) is None
+
+
+@pytest.fixture
+def small_file(tmp_path):
+    convs = [_conv(f"id{i}", f"a real question, number {i}") for i in range(HELD_OUT + 40)]
+    convs += [_conv("short", "hi"), _conv("long", "x" * (sharegpt.MAX_CHARS + 1)), _conv("id0", "duplicate id")]
+    path = tmp_path / "sharegpt.json"
+    path.write_text(json.dumps(convs)[:-200])  # cut short, like the packaged file
+    return path
+
+
+def test_split_is_disjoint_fixed_and_filters(small_file):
+    held = load_sharegpt("held_out", path=small_file)
+    train = load_sharegpt("train", path=small_file)
+    assert len(held) == HELD_OUT
+    assert not {p.id for p in held} & {p.id for p in train}
+    ids = {p.id for p in held + train}
+    assert "short" not in ids and "long" not in ids
+    # Fixed by the id alone: the same prompts whatever order the file lists them in.
+    assert [p.id for p in load_sharegpt("held_out", limit=3, path=small_file)] == [p.id for p in held[:3]]
+
+
+def test_bad_part_and_limit_are_one_line_errors(small_file):
+    with pytest.raises(ValueError, match="part must be one of"):
+        load_sharegpt("test", path=small_file)
+    with pytest.raises(ValueError, match="limit"):
+        load_sharegpt("train", limit=-1, path=small_file)
+
+
+def test_packaged_file_has_the_documented_split():
+    held = load_sharegpt("held_out")
+    train = load_sharegpt("train")
+    assert len(held) == HELD_OUT and len(train) > 9000
+    assert not {p.id for p in held} & {p.id for p in train}
