@@ -112,6 +112,8 @@ class DraftServerProcess:
     def __enter__(self) -> DraftServerProcess:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
         self.stop()
+        if exc_type is not None:  # the server's side of a failure: its log, before it is removed
+            print(f"--- draft server log ({self.log_path}) ---\n{self.stderr()}", file=sys.stderr)
         Path(self.log_path).unlink(missing_ok=True)
