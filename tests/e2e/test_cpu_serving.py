@@ -23,7 +23,7 @@ def test_ar_server_matches_transformers_greedy(ar_server, equality_prompts, hf_g
 def test_ngram_speculative_decoding_on_cpu_is_exact(ngram_server, equality_prompts, hf_greedy):
     """SGLang's own NGRAM speculation runs on CPU through our TARGET_VERIFY path, same tokens."""
     proposed = 0
-    for ids, ref in zip(equality_prompts, hf_greedy):
+    for ids, ref in zip(equality_prompts[::2], hf_greedy[::2]):  # 10 of the 20, all four kinds
         got, meta = greedy_tokens(ngram_server, ids)
         assert got == ref
         proposed += meta.get("spec_num_proposed_drafts", 0)

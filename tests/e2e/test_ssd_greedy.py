@@ -11,9 +11,11 @@ from tests.e2e.conftest import NEW_TOKENS, greedy_tokens
 pytestmark = pytest.mark.server  # starts real SGLang servers
 
 
+# Batch 1 takes every other prompt (10, all four kinds): the concurrent tests below cover the rest, and
+# AR equals the transformers reference on all 20 (test_cpu_serving.py). One at a time is the slow part.
 def test_ssd_batch1_matches_reference(ssd_server, equality_prompts, hf_greedy):
     proposed = accepted = 0
-    for ids, ref in zip(equality_prompts, hf_greedy):
+    for ids, ref in zip(equality_prompts[::2], hf_greedy[::2]):
         got, meta = greedy_tokens(ssd_server, ids)
         assert got == ref
         proposed += meta["spec_num_proposed_drafts"]
@@ -23,7 +25,7 @@ def test_ssd_batch1_matches_reference(ssd_server, equality_prompts, hf_greedy):
 
 
 def test_sd_batch1_matches_reference(sd_server, equality_prompts, hf_greedy):
-    for ids, ref in zip(equality_prompts, hf_greedy):
+    for ids, ref in zip(equality_prompts[::2], hf_greedy[::2]):
         got, meta = greedy_tokens(sd_server, ids)
         assert got == ref
         assert meta["spec_num_proposed_drafts"] > 0
