@@ -48,7 +48,7 @@ demo: models
 
 # Under `make test` a missing model folder is a failure, not a skip (tests/model_paths.py).
 test: models
-	SSD_REQUIRE_MODELS=1 $(PY) -m pytest -q --durations=15 -m "not extended"
+	SSD_REQUIRE_MODELS=1 $(PY) -m pytest -q --durations=40 -m "not extended"
 
 # Timing-sensitive statistical e2e tests (three-level chain with the target as L1, auto-K sampling).
 test-extended: models
