@@ -28,30 +28,23 @@ import json
 import math
 import sys
 from dataclasses import asdict, dataclass, field
-from typing import Literal
 
-from .algo.fanout import geometric_fanout, hit_probability, uniform_fanout
 from .algo.policy import BackupOption, crossover_batch, expected_tokens
 from .planner.costs import CostModel
-from .planner.rates import ar_rate, sd_rate, ssd_rate, ssd_round_ms
+from .planner.depth import compare_depths, format_depths
+from .planner.predict import (
+    Prediction,
+    choose_k,
+    predict_ar,
+    predict_sd,
+    predict_ssd,
+    predict_ssd_best_budget,
+)
+from .planner.rates import check_unit
+from .planner.sweep import checkable, compare_sweep, estimate_alpha_r, load_sweep, mean_of_runs, saguaro_table
 
-
-@dataclass(frozen=True)
-class Prediction:
-    """One configuration's predicted rate. ``draft_ms``: K·T_draft for SD, T_tree for SSD."""
-
-    mode: Literal["ar", "sd", "ssd"]
-    k: int
-    tok_s: float
-    round_ms: float
-    tokens_per_round: float
-    verify_ms: float
-    draft_ms: float = 0.0
-    budget: int = 0
-    fanout: tuple[int, ...] = ()
-    p_hit: float | None = None
-    backup: str | None = None
-    backup_ms: float = 0.0
+# The one-configuration predictions live in planner/predict.py; they stay importable from here.
+__all__ = ["Plan", "Prediction", "choose_k", "format_plan", "main", "plan", "predict_sd", "predict_ssd"]
 
 
 @dataclass
@@ -85,80 +78,39 @@ class Plan:
         return asdict(self)
 
 
-def _check_unit(name: str, x: float, hi_open: bool = False) -> None:
-    if not (isinstance(x, int | float) and math.isfinite(x) and 0.0 <= x <= 1.0) or (hi_open and x == 1.0):
-        raise ValueError(f"{name} must be in [0, 1{')' if hi_open else ']'}, got {x}")
-
-
-def _fanout(alpha: float, r: float, K: int, budget: int, mode: str) -> list[int]:
-    return geometric_fanout(alpha, r, K, budget) if mode == "geometric" else uniform_fanout(K, budget)
-
-
-def predict_ssd(
-    costs: CostModel,
-    alpha: float,
-    r: float,
-    K: int,
-    budget: int,
-    *,
-    batch: int = 1,
-    c: float = 1.0,
-    overhead_ms: float = 0.0,
-    e_miss_fast: float = 1.0,
-    backup: str = "auto",
-    fanout_mode: str = "geometric",
-) -> Prediction:
-    """SSD at one (K, budget). ``backup``: "neural", "fast" or "auto" (the faster of the two)."""
-    fan = _fanout(alpha, r, K, budget, fanout_mode)
-    p = hit_probability(fan, alpha, r, c)
-    e = expected_tokens(alpha, K)
-    t_v, t_tree = costs.verify_ms(K + 1, batch), costs.tree_ms(K, budget, batch)
-    options = {"neural": (e, costs.neural_backup_ms(K, batch * (1 - p))), "fast": (e_miss_fast, 0.0)}
-    kinds = list(options) if backup == "auto" else [backup]
-    best = None
-    for kind in kinds:
-        e_miss, t_b = options[kind]
-        rate = ssd_rate(p, e, e_miss, t_v, t_tree, t_b, overhead_ms, batch)
-        if best is None or rate > best.tok_s:
-            best = Prediction(
-                "ssd", K, rate, ssd_round_ms(p, t_v, t_tree, t_b, overhead_ms, batch),
-                p * e + (1 - p) * e_miss, t_v, t_tree, budget, tuple(fan), p, kind, t_b,
-            )  # fmt: skip
-    return best
-
-
-def predict_sd(
-    costs: CostModel, alpha: float, K: int, *, batch: int = 1, overhead_ms: float = 0.0
-) -> Prediction:
-    e, t_v, t_d = expected_tokens(alpha, K), costs.verify_ms(K + 1, batch), costs.draft_step_ms(batch)
-    rate = sd_rate(e, t_v, t_d, K, overhead_ms, batch)
-    return Prediction("sd", K, rate, t_v + K * t_d + overhead_ms, e, t_v, K * t_d)
-
-
-def plan(
-    calibration: dict,
-    alpha: float,
-    r: float,
-    batch: int = 1,
-    *,
-    c: float = 1.0,
-    temperature: float = 0.0,
-    overhead_ms: float = 0.0,
-    e_miss_fast: float = 1.0,
-    k_max: int = 8,
-    max_budget: int = 64,
-    fanout_mode: str = "geometric",
-    stat: str = "median",
-    saguaro: dict[float, float] | None = None,
-) -> Plan:
+def plan(calibration: dict, alpha: float, r: float, batch: int = 1, *, c: float = 1.0, temperature: float = 0.0,
+         overhead_ms: float = 0.0, e_miss_fast: float = 1.0, k_max: int = 8, max_budget: int = 64,
+         fanout_mode: str = "geometric", stat: str = "median", saguaro: dict[float, float] | None = None) -> Plan:  # fmt: skip
     """Predict AR / SD / SSD for K = 0..k_max (SSD at its best budget 1..max_budget per K) and recommend.
 
     ``calibration``: the dict of ``bench/calibrate.py``. ``alpha``: per-token acceptance; ``r``, ``c``:
     the miss power law 1 − p_hit(F) = c·F^{−r}. ``saguaro``: predicted tok/s per Saguaro C measured at
     this temperature (from a sweep), if any — C is not otherwise modelled.
     """
-    _check_unit("alpha", alpha)
-    _check_unit("c", c)
+    _check_inputs(alpha, r, c, batch, k_max, max_budget, fanout_mode, temperature, overhead_ms)
+    costs = CostModel(calibration, stat)
+    ks = range(1, k_max + 1) if costs.has_draft else range(0)
+    ar = predict_ar(costs, batch)
+    sd = [predict_sd(costs, alpha, K, batch=batch, overhead_ms=overhead_ms) for K in ks]
+    ssd = [predict_ssd_best_budget(costs, alpha, r, K, max_budget, batch=batch, c=c, overhead_ms=overhead_ms,
+                                   e_miss_fast=e_miss_fast, fanout_mode=fanout_mode) for K in ks]  # fmt: skip
+    best_sd = max(sd, key=_rate, default=None)
+    best_ssd = max(ssd, key=_rate, default=None)
+    recommended = max([ar, *sd, *ssd], key=_rate)  # ties keep AR (first)
+    b_star = _backup_threshold(costs, alpha, best_ssd, e_miss_fast)
+    sag_c, sag_note = _saguaro_choice(temperature, saguaro)
+    return Plan(alpha, r, c, batch, temperature, overhead_ms, ar, sd, ssd, recommended, best_sd, best_ssd,
+                b_star, sag_c, sag_note, _notes(costs, batch, k_max))  # fmt: skip
+
+
+def _rate(p: Prediction) -> float:
+    return p.tok_s
+
+
+def _check_inputs(alpha: float, r: float, c: float, batch: int, k_max: int, max_budget: int,
+                  fanout_mode: str, temperature: float, overhead_ms: float) -> None:  # fmt: skip
+    check_unit("alpha", alpha)
+    check_unit("c", c)
     if not (isinstance(r, int | float) and math.isfinite(r) and r >= 0):
         raise ValueError(f"r must be a finite number ≥ 0, got {r}")
     if not isinstance(batch, int) or batch < 1:
@@ -173,99 +125,43 @@ def plan(
         raise ValueError(f"temperature must be ≥ 0, got {temperature}")
     if not (math.isfinite(overhead_ms) and overhead_ms >= 0):
         raise ValueError(f"overhead_ms must be ≥ 0, got {overhead_ms}")
-    costs = CostModel(calibration, stat)
+
+
+def _notes(costs: CostModel, batch: int, k_max: int) -> list[str]:
+    """What the predictions rest on beyond the calibration's measurements."""
     notes = []
-    t1 = costs.verify_ms(1, batch)
-    ar = Prediction("ar", 0, ar_rate(t1, batch), t1, 1.0, t1)
     if batch not in costs.measured_batches():
         notes.append(f"target batch {batch} not measured: T_v scaled from batch ≤ {batch} by token count")
     if k_max + 1 > costs.max_verify_n:
         notes.append(f"T_v(n) for n > {costs.max_verify_n} is extrapolated (average slope)")
-    sd, ssd = [], []
-    if costs.has_draft:
-        if costs.draft_source != "draft folder":
-            notes.append(f"draft costs are those of a stand-in ({costs.draft_source})")
-        for K in range(1, k_max + 1):
-            sd.append(predict_sd(costs, alpha, K, batch=batch, overhead_ms=overhead_ms))
-            per_budget = [
-                predict_ssd(
-                    costs,
-                    alpha,
-                    r,
-                    K,
-                    b,
-                    batch=batch,
-                    c=c,
-                    overhead_ms=overhead_ms,
-                    e_miss_fast=e_miss_fast,
-                    fanout_mode=fanout_mode,
-                )  # fmt: skip
-                for b in range(1, max_budget + 1)
-            ]
-            ssd.append(max(per_budget, key=lambda p: p.tok_s))
-    else:
+    if not costs.has_draft:
         notes.append("no draft timings: only AR is predicted")
-    best_sd = max(sd, key=lambda p: p.tok_s, default=None)
-    best_ssd = max(ssd, key=lambda p: p.tok_s, default=None)
-    recommended = max([ar, *sd, *ssd], key=lambda p: p.tok_s)  # ties keep AR (first)
-    b_star = None
-    if best_ssd is not None:
-        t_v = best_ssd.verify_ms
-        e = expected_tokens(alpha, best_ssd.k)
-        neural_t = costs.neural_backup_ms(best_ssd.k, 1.0) / t_v
-        b_star = crossover_batch(
-            best_ssd.p_hit,
-            e,
-            best_ssd.draft_ms / t_v,
-            BackupOption(e, neural_t),
-            BackupOption(e_miss_fast, 0.0),
-        )
+    elif costs.draft_source != "draft folder":
+        notes.append(f"draft costs are those of a stand-in ({costs.draft_source})")
+    return notes
+
+
+def _backup_threshold(costs: CostModel, alpha: float, best_ssd: Prediction | None, e_miss_fast: float) -> int | None:
+    """b* at the best SSD setting, as the live ``BackupPolicy`` computes it (``algo.policy``, in units
+    of T_v): the threshold the draft server will act on."""
+    if best_ssd is None:
+        return None
+    t_v = best_ssd.verify_ms
+    e = expected_tokens(alpha, best_ssd.k)
+    neural = BackupOption(e, costs.neural_backup_ms(best_ssd.k, 1.0) / t_v)
+    return crossover_batch(best_ssd.p_hit, e, best_ssd.draft_ms / t_v, neural, BackupOption(e_miss_fast, 0.0))
+
+
+def _saguaro_choice(temperature: float, saguaro: dict[float, float] | None) -> tuple[float, str]:
+    """(C, why): the Saguaro C a sweep measured fastest at this temperature, else 1 (off)."""
     if temperature <= 0:
-        sag_c, sag_note = 1.0, "greedy: Saguaro sampling changes nothing at T = 0, C = 1"
-    elif saguaro:
-        sag_c = max(saguaro, key=saguaro.get)
-        sag_note = "measured at T > 0 (sweep): " + ", ".join(
+        return 1.0, "greedy: Saguaro sampling changes nothing at T = 0, C = 1"
+    if saguaro:
+        return max(saguaro, key=saguaro.get), "measured at T > 0 (sweep): " + ", ".join(
             f"C={k:g}: {v:.1f} tok/s" for k, v in sorted(saguaro.items())
         )
-    else:
-        sag_c = 1.0
-        sag_note = ("not modelled: C trades acceptance α for hit rate in a way α and r alone do not predict; "
-                    "C = 1 (off) until a sweep over C at this temperature is given")  # fmt: skip
-    return Plan(alpha, r, c, batch, temperature, overhead_ms, ar, sd, ssd, recommended, best_sd, best_ssd,
-                b_star, sag_c, sag_note, notes)  # fmt: skip
-
-
-def choose_k(
-    t_verify: list[float], t_draft: float, alpha: float, p_hit: float, k_max: int, mode: Literal["sd", "ssd"]
-) -> int:
-    """The K (0..k_max) with the highest predicted tokens/s for one request; 0 = plain decoding.
-
-    ``t_verify[n−1]`` = T_v(n) in ms (K is capped at len(t_verify) − 1); ``t_draft`` = one draft
-    forward in ms. SD: E(α, K)/(T_v(K+1) + K·t_draft). SSD: E(α, K)/(max(T_v(K+1), (K+1)·t_draft)
-    + (1 − p_hit)·K·t_draft) — the pre-speculation taken as K+1 draft forwards (glue + K branch
-    steps, ``t_draft`` being a tree step) and a neural backup as K steps. K = 0: 1/T_v(1). Ties keep
-    the smaller K.
-    """
-    if not t_verify or any(not (math.isfinite(t) and t > 0) for t in t_verify):
-        raise ValueError("t_verify must be a non-empty list of finite times > 0")
-    if not (math.isfinite(t_draft) and t_draft >= 0):
-        raise ValueError(f"t_draft must be a finite time ≥ 0, got {t_draft}")
-    _check_unit("alpha", alpha)
-    _check_unit("p_hit", p_hit)
-    if not isinstance(k_max, int) or k_max < 0:
-        raise ValueError(f"k_max must be an integer ≥ 0, got {k_max}")
-    if mode not in ("sd", "ssd"):
-        raise ValueError(f"mode must be 'sd' or 'ssd', got {mode!r}")
-    best_k, best = 0, 1.0 / t_verify[0]
-    for K in range(1, min(k_max, len(t_verify) - 1) + 1):
-        e, t_v = expected_tokens(alpha, K), t_verify[K]
-        if mode == "sd":
-            rate = e / (t_v + K * t_draft)
-        else:
-            rate = e / (max(t_v, (K + 1) * t_draft) + (1 - p_hit) * K * t_draft)
-        if rate > best:
-            best_k, best = K, rate
-    return best_k
+    return 1.0, ("not modelled: C trades acceptance α for hit rate in a way α and r alone do not predict; "
+                 "C = 1 (off) until a sweep over C at this temperature is given")  # fmt: skip
 
 
 # ---- CLI ------------------------------------------------------------------------------------------
@@ -314,15 +210,30 @@ def format_plan(p: Plan) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .planner.sweep import (
-        checkable,
-        compare_sweep,
-        estimate_alpha_r,
-        load_sweep,
-        mean_of_runs,
-        saguaro_table,
-    )
+    ap = _parser()
+    args = ap.parse_args(argv)
+    with open(args.calibration) as f:
+        cal = json.load(f)
+    runs = [load_sweep(path) for path in args.sweep.split(",") if path] if args.sweep else []
+    records = runs[0] if len(runs) == 1 else mean_of_runs(runs) if runs else []
+    alpha, r, source = _alpha_r(ap, args, records)
+    saguaro = saguaro_table(records, cal, args.temperature, args.stat, args.overhead_ms) if records else None
+    p = plan(cal, alpha, r, args.batch, c=args.c, temperature=args.temperature, overhead_ms=args.overhead_ms,
+             e_miss_fast=args.e_miss_fast, k_max=args.k_max, max_budget=args.max_budget,
+             fanout_mode=args.fanout, stat=args.stat, saguaro=saguaro)  # fmt: skip
+    p.notes = source + p.notes
+    print(format_plan(p))
+    if args.alpha0 is not None:
+        _print_depths(ap, args, cal, alpha, p.best_ssd)
+    if records:
+        _print_sweep(args, cal, runs, records)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(p.to_dict(), f, indent=1)
+    return 0
 
+
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m sglang_ssd.plan", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     ap.add_argument("--calibration", required=True, help="JSON of bench/calibrate.py")
@@ -347,11 +258,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="depth 2: L1's measured acceptance of an L0 token (draft server stat l0_accepted / l0_proposed)")
     ap.add_argument("--l0-tokens", type=int, default=3, help="depth 2: L0 proposals per L1 forward (m)")
     ap.add_argument("--l0-ms", type=float, default=None, help="depth 2: L0 cost per proposed token (default: calibration)")
-    args = ap.parse_args(argv)
-    with open(args.calibration) as f:
-        cal = json.load(f)
-    runs = [load_sweep(path) for path in args.sweep.split(",") if path] if args.sweep else []
-    records = runs[0] if len(runs) == 1 else mean_of_runs(runs) if runs else []
+    return ap
+
+
+def _alpha_r(ap: argparse.ArgumentParser, args: argparse.Namespace, records: list[dict]) -> tuple[float, float, list[str]]:
+    """(α, r, where they came from): the command line's, else estimated from the sweep; r = 1 at worst."""
     alpha, r, source = args.alpha, args.r, []
     if records and (alpha is None or r is None):
         est_a, est_r, how = estimate_alpha_r(records, args.temperature, args.c)
@@ -363,38 +274,30 @@ def main(argv: list[str] | None = None) -> int:
     if r is None:
         r = 1.0
         source.append("r = 1.0 assumed (no --r and no SSD records to estimate it from)")
-    saguaro = saguaro_table(records, cal, args.temperature, args.stat, args.overhead_ms) if records else None
-    p = plan(cal, alpha, r, args.batch, c=args.c, temperature=args.temperature, overhead_ms=args.overhead_ms,
-             e_miss_fast=args.e_miss_fast, k_max=args.k_max, max_budget=args.max_budget,
-             fanout_mode=args.fanout, stat=args.stat, saguaro=saguaro)  # fmt: skip
-    p.notes = source + p.notes
-    print(format_plan(p))
-    if args.alpha0 is not None:
-        from .algo.policy import expected_tokens
-        from .planner.costs import CostModel
-        from .planner.depth import compare_depths, format_depths
+    return alpha, r, source
 
-        l0_ms = args.l0_ms if args.l0_ms is not None else cal.get("l0", {}).get("ms_per_token")
-        if l0_ms is None:
-            ap.error("--alpha0 needs --l0-ms or a calibration with an 'l0' section (bench/calibrate.py --l0-only)")
-        s = p.best_ssd
-        k = s.k if s else 4
-        d = compare_depths(CostModel(cal, args.stat), alpha=alpha, tokens_per_round=expected_tokens(alpha, k),
-                           alpha0=args.alpha0, m=args.l0_tokens, l0_ms=l0_ms, K=k,
-                           budget=s.budget if s else 12, p_hit=s.p_hit if s else 0.5, batch=args.batch)  # fmt: skip
-        print()
-        print(format_depths(d))
-    if records:
-        print()
-        checked = checkable(records)
-        if len(runs) > 1:
-            print(f"sweep: the mean of {len(runs)} runs, {len(checked)} points")
-        print(compare_sweep(checked, cal, args.stat, args.overhead_ms, args.c, args.e_miss_fast,
-                            serving_overhead=args.serving_overhead))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(p.to_dict(), f, indent=1)
-    return 0
+
+def _print_depths(ap: argparse.ArgumentParser, args: argparse.Namespace, cal: dict, alpha: float,
+                  s: Prediction | None) -> None:  # fmt: skip
+    """Depth 2 against depth 1 at the best SSD setting (or a default one when there is none)."""
+    l0_ms = args.l0_ms if args.l0_ms is not None else cal.get("l0", {}).get("ms_per_token")
+    if l0_ms is None:
+        ap.error("--alpha0 needs --l0-ms or a calibration with an 'l0' section (bench/calibrate.py --l0-only)")
+    k = s.k if s else 4
+    d = compare_depths(CostModel(cal, args.stat), alpha=alpha, tokens_per_round=expected_tokens(alpha, k),
+                       alpha0=args.alpha0, m=args.l0_tokens, l0_ms=l0_ms, K=k,
+                       budget=s.budget if s else 12, p_hit=s.p_hit if s else 0.5, batch=args.batch)  # fmt: skip
+    print()
+    print(format_depths(d))
+
+
+def _print_sweep(args: argparse.Namespace, cal: dict, runs: list[list[dict]], records: list[dict]) -> None:
+    print()
+    checked = checkable(records)
+    if len(runs) > 1:
+        print(f"sweep: the mean of {len(runs)} runs, {len(checked)} points")
+    print(compare_sweep(checked, cal, args.stat, args.overhead_ms, args.c, args.e_miss_fast,
+                        serving_overhead=args.serving_overhead))  # fmt: skip
 
 
 if __name__ == "__main__":

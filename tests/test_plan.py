@@ -8,8 +8,9 @@ import json
 import pytest
 
 from sglang_ssd.algo.policy import expected_tokens
-from sglang_ssd.plan import Plan, choose_k, main, plan, predict_sd, predict_ssd
+from sglang_ssd.plan import Plan, main, plan
 from sglang_ssd.planner.costs import CostModel, Curve
+from sglang_ssd.planner.predict import choose_k, predict_sd, predict_ssd
 from sglang_ssd.planner.sweep import (
     compare_sweep,
     estimate_alpha_r,
@@ -298,7 +299,7 @@ def test_alpha_for_the_planner_matches_the_measured_tokens_per_round():
     """The sweep's per-token MLE α overstates E(α, K) when accepted lengths are bursty; the planner
     takes the α whose E equals the measured accept length instead."""
     from sglang_ssd.algo.policy import expected_tokens
-    from sglang_ssd.planner.sweep import alpha_of
+    from sglang_ssd.planner.rounds import alpha_of
 
     rec = {"config": "ssd", "k": 4, "alpha": 0.4, "accept_length": 1.4}
     a = alpha_of(rec)
@@ -308,7 +309,7 @@ def test_alpha_for_the_planner_matches_the_measured_tokens_per_round():
 
 
 def test_expected_max_of_normals():
-    from sglang_ssd.planner.sweep import expected_max_normal
+    from sglang_ssd.planner.rounds import expected_max_normal
 
     # Known values: 1/√π for two, and the tabulated 1.0294 (four), 1.4236 (eight).
     assert expected_max_normal(1) == 0.0
@@ -320,7 +321,7 @@ def test_expected_max_of_normals():
 def test_a_wave_waits_for_its_slowest_request():
     """Spread-out accepted lengths make a batch of 8 slower per token than one request; AR and
     deterministic rounds have no stragglers."""
-    from sglang_ssd.planner.sweep import straggler_factor, tokens_per_round_moments
+    from sglang_ssd.planner.rounds import straggler_factor, tokens_per_round_moments
 
     rec = {"config": "sd", "k": 4, "accept_length": 1.5, "k_hist": {"0": 183, "1": 41, "2": 12, "3": 7, "4": 10}}
     mean, var = tokens_per_round_moments(rec)

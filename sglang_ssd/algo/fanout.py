@@ -165,9 +165,11 @@ class MissExponentEstimator:
 
 
 @dataclass
-class FanoutPlanner:
-    """Per-round fan-out plan from live α and r: one plan for rounds drafted from a cache hit, one
-    for rounds that follow a miss (drafted by the backup). ``mode="uniform"`` spreads evenly."""
+class AdaptiveFanoutPlanner:
+    """Per-round fan-out plan that adapts to live estimates of α and r: one plan for rounds drafted
+    from a cache hit, one for rounds that follow a miss (drafted by the backup). ``mode="uniform"``
+    spreads evenly. The draft server wraps it in ``draft.planning.FanoutPlanner`` (which adds a fixed
+    plan from the command line)."""
 
     K: int
     budget: int
@@ -206,3 +208,7 @@ class FanoutPlanner:
         (self.alpha_after_miss if after_miss else self.alpha).update(accept_lens)
         if fanout_at_k is not None and hit is not None:
             self.r.update(fanout_at_k, hit)
+
+
+# The former name, still imported by sglang_ssd.algo and draft/planning.py.
+FanoutPlanner = AdaptiveFanoutPlanner

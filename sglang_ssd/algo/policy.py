@@ -1,20 +1,29 @@
-"""Speedup model (paper Theorem 7, Corollary 9, Theorem 17) and the per-round backup choice.
+"""The live backup choice (paper Theorem 17) and the pieces of the speedup model it runs on.
 
-Latencies are in units of one verification (T_v = 1): T_p is the primary speculator's time per round
-(the pre-speculation tree), T_b the backup's. E_hit / E_miss are the tokens a request emits per round
-(bonus included) when its speculation came from the cache / from the backup.
+The throughput model itself — AR, SD and SSD rates and speedups (Theorem 7, Theorem 17) — lives in
+``sglang_ssd.planner.rates``; ``sd_speedup`` and ``ssd_speedup`` are re-exported from there. What stays
+here is what the draft server runs per round, in units of one verification (T_v = 1): T_p is the
+primary speculator's time per round (the pre-speculation tree), T_b the backup's; E_hit / E_miss are
+the tokens a request emits per round (bonus included) when its speculation came from the cache / from
+the backup.
 
-- Theorem 7:  SSD/AR = [p_hit·E_hit + (1−p_hit)·E_miss] / [p_hit·max(1, T_p) + (1−p_hit)·(1 + T_b)]
-- SD/AR = E_SD / (1 + T_SD); Corollary 9: SSD/SD ≤ (1 + T_SD)·E_hit / E_SD
-- Theorem 17 (batch b): the round waits for its slowest request, so the round is stall-free only when
-  all b requests hit (probability p_hit^b). Neural backup: E_miss high, T_b ≈ T_p; fast backup:
-  E_miss ≈ 1, T_b ≈ 0 ⇒ neural below some b*, fast above.
+- :func:`batch_ssd_speedup` (Theorem 17, batch b): the round is stall-free only when all b requests
+  hit (probability p_hit^b), else it lasts 1 + T_b. Neural backup: E_miss high, T_b ≈ T_p; fast
+  backup: E_miss ≈ 1, T_b ≈ 0 ⇒ neural below some b* (:func:`crossover_batch`), fast above.
+- Corollary 9: SSD/SD ≤ (1 + T_SD)·E_hit / E_SD (:func:`ssd_over_sd_bound`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Literal
+
+from ..planner.rates import sd_speedup, ssd_speedup
+
+__all__ = [
+    "BackupKind", "BackupOption", "BackupPolicy", "Ewma", "batch_ssd_speedup", "crossover_batch",
+    "expected_tokens", "sd_speedup", "ssd_over_sd_bound", "ssd_speedup",
+]  # fmt: skip
 
 BackupKind = Literal["neural", "fast"]
 
@@ -31,19 +40,6 @@ def expected_tokens(alpha: float, K: int) -> float:
 def _check_p(p_hit: float) -> None:
     if not 0.0 <= p_hit <= 1.0:
         raise ValueError(f"p_hit must be in [0, 1], got {p_hit}")
-
-
-def ssd_speedup(p_hit: float, E_hit: float, E_miss: float, T_p: float, T_b: float) -> float:
-    """Theorem 7: SSD's speedup over autoregressive decoding (one request)."""
-    _check_p(p_hit)
-    tokens = p_hit * E_hit + (1.0 - p_hit) * E_miss
-    time = p_hit * max(1.0, T_p) + (1.0 - p_hit) * (1.0 + T_b)
-    return tokens / time
-
-
-def sd_speedup(E_sd: float, T_sd: float) -> float:
-    """Synchronous SD over AR: the draft (T_SD) and the verification (1) take turns."""
-    return E_sd / (1.0 + T_sd)
 
 
 def ssd_over_sd_bound(T_sd: float, E_hit: float, E_sd: float) -> float:

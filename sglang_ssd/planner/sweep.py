@@ -11,12 +11,8 @@ no overlap, round = T_v + T_tree), ``mean_ttft_ms`` with ``output_len`` (or ``to
 ``completed``) — when present the prediction adds the measured time to first token to each request,
 as the measured throughput includes it.
 
-A batch of b requests decodes in waves (N prompts, at most b at a time): speculative rounds emit a
-random number of tokens, so a wave lasts until its slowest request has its L tokens. The decode
-time is therefore scaled by :func:`straggler_factor`, E[max of b round counts] / E[round count], from
-the spread of tokens per round (the record's realized-k histogram ``k_hist`` for the own
-prediction, the capped geometric at α for the pooled one). AR emits one token per request per step:
-no stragglers.
+A batch of b requests decodes in waves: the decode time is scaled by the straggler factor of
+:mod:`.rounds` (AR emits one token per request per step: no stragglers).
 
 Two predictions per record:
 - **own**: the timing model fed with the record's own measured acceptance — tokens per round =
@@ -32,10 +28,12 @@ import math
 import statistics
 from pathlib import Path
 
-from ..algo.fanout import acceptance_pmf, geometric_fanout, hit_probability, uniform_fanout
+from ..algo.fanout import hit_probability
 from ..algo.policy import expected_tokens
 from .costs import CostModel
-from .rates import ar_rate, sd_rate, ssd_rate
+from .predict import backup_options, fanout_plan, predict_sd
+from .rates import ar_rate, fastest_backup, ssd_rate
+from .rounds import alpha_of, straggler_factor, tokens_per_round_moments
 
 TOLERANCE_PCT = 15.0
 
@@ -106,31 +104,7 @@ def _same_t(rec: dict, temperature: float) -> bool:
 
 
 def _fanout(rec: dict, alpha: float, r: float) -> list[int]:
-    K, budget = int(rec["k"]), int(rec["budget"])
-    if rec.get("fanout", "geometric") == "uniform":
-        return uniform_fanout(K, budget)
-    return geometric_fanout(alpha, r, K, budget)
-
-
-def alpha_of(rec: dict) -> float:
-    """The per-token α the planner's E(α, K) should take for a record: the α at which the capped
-    geometric gives the measured tokens per round (``accept_length``), when there is one. The
-    record's ``alpha`` (the maximum-likelihood per-token rate) overstates E here: real accepted
-    lengths are burstier than a geometric (many k = 0 rounds, a fat tail)."""
-    n = rec.get("accept_length")
-    K = rec.get("k")
-    if n is None or not str(K).isdigit() or int(K) < 1:
-        return float(rec["alpha"])
-    K, n = int(K), float(n)
-    if n <= 1.0:
-        return 0.0
-    if n >= K + 1:
-        return 1.0
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if expected_tokens(mid, K) < n else (lo, mid)
-    return (lo + hi) / 2
+    return fanout_plan(alpha, r, int(rec["k"]), int(rec["budget"]), rec.get("fanout", "geometric"))
 
 
 def r_from_hit_rate(rec: dict, c: float = 1.0, r_max: float = 50.0) -> float | None:
@@ -175,42 +149,6 @@ def estimate_alpha_r(
     return alpha, r, how
 
 
-def expected_max_normal(n: int) -> float:
-    """E[max of n independent standard normals] (0 for n = 1), by numerical integration."""
-    if n <= 1:
-        return 0.0
-    step, total = 0.01, 0.0
-    for i in range(-800, 801):
-        x = i * step
-        pdf = math.exp(-x * x / 2) / math.sqrt(2 * math.pi)
-        cdf = 0.5 * (1 + math.erf(x / math.sqrt(2)))
-        total += x * n * pdf * cdf ** (n - 1) * step
-    return total
-
-
-def tokens_per_round_moments(rec: dict, alpha: float | None = None) -> tuple[float, float]:
-    """(mean, variance) of the tokens one request emits per round: from the record's ``k_hist``
-    (realized accepted counts) unless ``alpha`` is given, else the capped geometric at α."""
-    K = int(rec["k"])
-    if alpha is None and rec.get("k_hist"):
-        probs = {int(k) + 1: float(n) for k, n in rec["k_hist"].items()}
-    else:
-        pmf = acceptance_pmf(alpha_of(rec) if alpha is None else alpha, K)
-        probs = {k + 1: pk for k, pk in enumerate(pmf)}
-    z = sum(probs.values())
-    mean = sum(x * p for x, p in probs.items()) / z
-    return mean, sum((x - mean) ** 2 * p for x, p in probs.items()) / z
-
-
-def straggler_factor(batch: int, tokens: int, mean: float, var: float) -> float:
-    """E[max over the batch of rounds to emit ``tokens``] / E[rounds], with the round count of one
-    request taken as normal (renewal theory: mean L/μ, variance L·σ²/μ³)."""
-    if batch <= 1 or tokens <= 0 or var <= 0:
-        return 1.0
-    mu_r = tokens / mean
-    return 1.0 + math.sqrt(tokens * var / mean**3) * expected_max_normal(batch) / mu_r
-
-
 def _output_len(rec: dict) -> float | None:
     n = rec.get("output_len")
     if n is None and rec.get("total_output_tokens") and rec.get("completed"):
@@ -228,64 +166,61 @@ def _with_ttft(rec: dict, rate: float) -> float:
     return 1000.0 * b * n / (float(ttft) + 1000.0 * n * b / rate)
 
 
-def predict_record(
-    rec: dict,
-    costs: CostModel,
-    *,
-    overhead_ms: float = 0.0,
-    c: float = 1.0,
-    e_miss_fast: float = 1.0,
-    pooled: tuple[float, float] | None = None,
-    with_ttft: bool = True,
-    step_overhead_ms: float = 0.0,
-) -> float:
+def predict_record(rec: dict, costs: CostModel, *, overhead_ms: float = 0.0, c: float = 1.0,
+                   e_miss_fast: float = 1.0, pooled: tuple[float, float] | None = None, with_ttft: bool = True,
+                   step_overhead_ms: float = 0.0) -> float:  # fmt: skip
     """Predicted output tokens/s of one record (``pooled`` = (α, r) for the full model, else own stats;
     ``with_ttft`` False = decode rate only, ignoring the record's measured time to first token;
     ``step_overhead_ms``: the server's own cost per target step — scheduling, sampling, bookkeeping —
     that a bare forward calibration does not see)."""
     mode, b = record_mode(rec), int(rec.get("concurrency", 1))
-    straggle, n = 1.0, _output_len(rec)  # AR: every request emits one token per step, no stragglers
-    if mode != "ar" and n:  # a wave waits for its slowest request (module docstring)
-        mean, var = tokens_per_round_moments(rec, pooled[0] if pooled else None)
-        straggle = straggler_factor(b, int(n) - 1, mean, var)
-
-    def done(rate: float) -> float:
-        rate /= straggle
-        return _with_ttft(rec, rate) if with_ttft else rate
-
+    straggle = _straggle(rec, mode, b, pooled)
     if mode == "ar":
-        return done(ar_rate(costs.verify_ms(1, b) + step_overhead_ms, b))
-    overhead_ms = overhead_ms + step_overhead_ms
+        rate = ar_rate(costs.verify_ms(1, b) + step_overhead_ms, b)
+    else:
+        rate = _speculative_rate(rec, costs, mode, b, overhead_ms + step_overhead_ms, c, e_miss_fast, pooled)
+    rate /= straggle
+    return _with_ttft(rec, rate) if with_ttft else rate
+
+
+def _straggle(rec: dict, mode: str | None, batch: int, pooled: tuple[float, float] | None) -> float:
+    """A wave waits for its slowest request (:mod:`.rounds`); AR: every request emits one token per
+    step, no stragglers."""
+    n = _output_len(rec)
+    if mode == "ar" or not n:
+        return 1.0
+    mean, var = tokens_per_round_moments(rec, pooled[0] if pooled else None)
+    return straggler_factor(batch, int(n) - 1, mean, var)
+
+
+def _speculative_rate(rec: dict, costs: CostModel, mode: str | None, b: int, overhead_ms: float, c: float,
+                      e_miss_fast: float, pooled: tuple[float, float] | None) -> float:  # fmt: skip
+    """SD or SSD at the record's K through the planner's model: with the record's own tokens per
+    round and hit rate, or with E(α, K) and the fan-out model's p_hit at the pooled (α, r)."""
     K = int(rec["k"])
     alpha = pooled[0] if pooled else alpha_of(rec)
     e = expected_tokens(alpha, K)
-    tokens = e if pooled or "accept_length" not in rec else float(rec["accept_length"])
-    t_v = costs.verify_ms(K + 1, b)
+    own_tokens = None if pooled or "accept_length" not in rec else float(rec["accept_length"])
     if mode == "sd":
-        return done(sd_rate(tokens, t_v, costs.draft_step_ms(b), K, overhead_ms, b))
-    budget = int(rec["budget"])
-    if pooled:
-        p = hit_probability(_fanout(rec, alpha, pooled[1]), alpha, pooled[1], c)
-    else:
-        p = float(rec["hit_rate"])
+        return predict_sd(costs, alpha, K, batch=b, overhead_ms=overhead_ms, tokens_per_round=own_tokens).tok_s
+    t_v, budget = costs.verify_ms(K + 1, b), int(rec["budget"])
+    p = hit_probability(_fanout(rec, alpha, pooled[1]), alpha, pooled[1], c) if pooled else float(rec["hit_rate"])
     t_tree = costs.tree_ms(K, budget, b)
     if rec.get("colocated"):
         t_tree += t_v  # one core: the pre-speculation cannot overlap the verification
-    backups = {"neural": (e, costs.neural_backup_ms(K, b * (1 - p))), "fast": (e_miss_fast, 0.0)}
+    backups = backup_options(costs, K, e, p, b, e_miss_fast)
     kind = rec.get("backup", "auto")
     share = rec.get("neural_backup_share")
     if kind == "auto" and share is not None and not pooled:  # own: the mix the live policy used
         backups["auto"] = (e, share * backups["neural"][1])
     elif kind == "auto":  # the kind the model rates faster (what the live BackupPolicy would pick)
-        kind = max(
-            backups, key=lambda n: ssd_rate(p, e, backups[n][0], t_v, t_tree, backups[n][1], overhead_ms, b)
-        )
+        kind = fastest_backup(backups, p, e, t_v, t_tree, overhead_ms, b)
     if kind not in backups:
         raise ValueError(f"sweep: record backup {kind!r} is not neural, fast or auto")
     e_miss, t_b = backups[kind]
-    if not pooled and "accept_length" in rec:  # measured tokens per round already mix hit and miss rounds
-        e, e_miss = tokens, tokens
-    return done(ssd_rate(p, e, e_miss, t_v, t_tree, t_b, overhead_ms, b))
+    if own_tokens is not None:  # measured tokens per round already mix hit and miss rounds
+        e, e_miss = own_tokens, own_tokens
+    return ssd_rate(p, e, e_miss, t_v, t_tree, t_b, overhead_ms, b)
 
 
 def saguaro_table(records: list[dict], calibration: dict, temperature: float, stat: str = "median",
@@ -323,6 +258,12 @@ def step_overheads(records: list[dict], costs: CostModel) -> dict[tuple[float, i
     return {key: sum(v) / len(v) for key, v in by.items()}
 
 
+_TABLE_HEAD = [
+    "| config | T | conc | K | ΣF | α | hit | acc.len | measured tok/s | pred (own) | err % | pred (pooled) | err % |",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+]
+
+
 def compare_sweep(records: list[dict], calibration: dict, stat: str = "median", overhead_ms: float = 0.0,
                   c: float = 1.0, e_miss_fast: float = 1.0, serving_overhead: bool = False) -> str:  # fmt: skip
     """Table of measured vs predicted tokens/s per record, errors in %, and a summary.
@@ -330,15 +271,11 @@ def compare_sweep(records: list[dict], calibration: dict, stat: str = "median", 
     target step; AR rows are then fitted, not predicted, and are left out of the error counts."""
     costs = CostModel(calibration, stat)
     step_ovh = step_overheads(records, costs) if serving_overhead else {}
-    pooled_by_t: dict[float, tuple[float | None, float | None]] = {}
-    lines = [
-        "| config | T | conc | K | ΣF | α | hit | acc.len | measured tok/s | pred (own) | err % | pred (pooled) | err % |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    own_err, pooled_err, skipped = [], [], []
+    model = {"overhead_ms": overhead_ms, "c": c, "e_miss_fast": e_miss_fast}
+    pooled_by_t: dict[float, tuple[float | None, float]] = {}
+    lines, own_err, pooled_err, skipped = list(_TABLE_HEAD), [], [], []
     for rec in records:
-        mode, name = record_mode(rec), rec.get("config", "?")
-        meas = rec.get("output_throughput")
+        mode, name, meas = record_mode(rec), rec.get("config", "?"), rec.get("output_throughput")
         if mode is None or not meas:
             skipped.append(f"{name} (unknown config or no output_throughput)")
             continue
@@ -347,42 +284,56 @@ def compare_sweep(records: list[dict], calibration: dict, stat: str = "median", 
             a, r, _ = estimate_alpha_r(records, t, c)
             pooled_by_t[t] = (a, r if r is not None else 1.0)
         try:
-            so = step_ovh.get((t, int(rec.get("concurrency", 1))), 0.0)
-            own = predict_record(rec, costs, overhead_ms=overhead_ms, c=c, e_miss_fast=e_miss_fast,
-                                 step_overhead_ms=so)  # fmt: skip
-            a, r = pooled_by_t[t]
-            pool = None
-            if mode == "ar" or a is not None:
-                pool = predict_record(rec, costs, overhead_ms=overhead_ms, c=c, e_miss_fast=e_miss_fast,
-                                      pooled=None if mode == "ar" else (a, r), step_overhead_ms=so)  # fmt: skip
+            own, pool = _own_and_pooled(rec, costs, mode, pooled_by_t[t], step_ovh, model)
         except (KeyError, ValueError) as e:
             skipped.append(f"{name} ({e})")
             continue
-        e_own = 100.0 * (own - meas) / meas
-        e_pool = 100.0 * (pool - meas) / meas if pool else math.nan
         fitted = mode == "ar" and serving_overhead
         if not fitted:
-            own_err.append((abs(e_own), name, rec.get("concurrency", 1)))
+            own_err.append((abs(_err_pct(own, meas)), name, rec.get("concurrency", 1)))
             if pool:
-                pooled_err.append(abs(e_pool))
-        if fitted:
-            name = f"{name} (fit)"
+                pooled_err.append(abs(_err_pct(pool, meas)))
+        lines.append(_row(rec, f"{name} (fit)" if fitted else name, t, meas, own, pool))
+    return "\n".join(lines + _summary(own_err, pooled_err, skipped, step_ovh, serving_overhead))
 
-        def f(key: str, fmt: str = "{:.3f}", rec=rec) -> str:
-            return fmt.format(rec[key]) if rec.get(key) is not None else "–"
 
-        lines.append(
-            f"| {name} | {t:g} | {rec.get('concurrency', 1)} | {f('k', '{}')} | {f('budget', '{}')} | {f('alpha')} | "
-            f"{f('hit_rate')} | {f('accept_length', '{:.2f}')} | {meas:.2f} | {own:.2f} | {e_own:+.1f} | "
-            f"{'–' if pool is None else f'{pool:.2f}'} | {'–' if pool is None else f'{e_pool:+.1f}'} |"
-        )
-    within = sum(1 for e, _, _ in own_err if e <= TOLERANCE_PCT)
-    lines.append("")
+def _own_and_pooled(rec: dict, costs: CostModel, mode: str, pooled: tuple[float | None, float],
+                    step_ovh: dict[tuple[float, int], float], model: dict) -> tuple[float, float | None]:  # fmt: skip
+    """The record's two predictions (module docstring); pooled is None without a pooled α."""
+    so = step_ovh.get((float(rec.get("temperature", 0.0)), int(rec.get("concurrency", 1))), 0.0)
+    own = predict_record(rec, costs, step_overhead_ms=so, **model)
+    a, r = pooled
+    if mode != "ar" and a is None:
+        return own, None
+    return own, predict_record(rec, costs, pooled=None if mode == "ar" else (a, r), step_overhead_ms=so, **model)
+
+
+def _err_pct(pred: float, meas: float) -> float:
+    return 100.0 * (pred - meas) / meas
+
+
+def _row(rec: dict, name: str, t: float, meas: float, own: float, pool: float | None) -> str:
+    def f(key: str, fmt: str = "{:.3f}") -> str:
+        return fmt.format(rec[key]) if rec.get(key) is not None else "–"
+
+    e_pool = _err_pct(pool, meas) if pool else math.nan
+    return (
+        f"| {name} | {t:g} | {rec.get('concurrency', 1)} | {f('k', '{}')} | {f('budget', '{}')} | {f('alpha')} | "
+        f"{f('hit_rate')} | {f('accept_length', '{:.2f}')} | {meas:.2f} | {own:.2f} | {_err_pct(own, meas):+.1f} | "
+        f"{'–' if pool is None else f'{pool:.2f}'} | {'–' if pool is None else f'{e_pool:+.1f}'} |"
+    )
+
+
+def _summary(own_err: list[tuple[float, str, int]], pooled_err: list[float], skipped: list[str],
+             step_ovh: dict[tuple[float, int], float], serving_overhead: bool) -> list[str]:  # fmt: skip
+    """Lines under the table: the overhead used, how many predictions fall within the tolerance, the misses."""
+    lines = [""]
     if serving_overhead:
         lines.append("serving overhead per target step, fitted from the AR rows (T, concurrency → ms): "
                      + ", ".join(f"({t:g}, {b}) → {v:.1f}" for (t, b), v in sorted(step_ovh.items())))  # fmt: skip
     else:
         lines.append("bare-forward costs only: no serving overhead per step")
+    within = sum(1 for e, _, _ in own_err if e <= TOLERANCE_PCT)
     lines.append(f"own-stats predictions within ±{TOLERANCE_PCT:g} %: {within} of {len(own_err)}")
     per_config: dict[str, list[float]] = {}
     for e, name, _ in own_err:
@@ -396,5 +347,4 @@ def compare_sweep(records: list[dict], calibration: dict, stat: str = "median", 
     if pooled_err:
         pw = sum(1 for e in pooled_err if e <= TOLERANCE_PCT)
         lines.append(f"pooled-α/r predictions within ±{TOLERANCE_PCT:g} %: {pw} of {len(pooled_err)}")
-    lines += [f"skipped: {s}" for s in skipped]
-    return "\n".join(lines)
+    return lines + [f"skipped: {s}" for s in skipped]

@@ -12,7 +12,7 @@ import torch
 
 from sglang_ssd.algo.fanout import (
     AcceptanceEstimator,
-    FanoutPlanner,
+    AdaptiveFanoutPlanner,
     MissExponentEstimator,
     acceptance_pmf,
     geometric_fanout,
@@ -149,13 +149,13 @@ def test_miss_exponent_estimator_recovers_r_and_c(r, c):
 
 
 def test_planner_separate_plan_after_a_miss():
-    planner = FanoutPlanner(K=7, budget=24, miss_budget=21)
+    planner = AdaptiveFanoutPlanner(K=7, budget=24, miss_budget=21)
     planner.observe([7, 6, 5, 7, 4] * 50, after_miss=False)  # high α after hits
     planner.observe([0, 0, 1, 0, 0] * 50, after_miss=True)  # fast backup: early rejection
     hit_plan, miss_plan = planner.plan(), planner.plan(after_miss=True)
     assert sum(hit_plan) == 24 and sum(miss_plan) == 21
     assert hit_plan[-1] > hit_plan[0]  # mass on "all accepted"
     assert miss_plan[0] > miss_plan[-1] and miss_plan[0] >= 10  # mass on "rejected at once"
-    assert FanoutPlanner(K=7, budget=24, mode="uniform").plan() == [3] * 8
+    assert AdaptiveFanoutPlanner(K=7, budget=24, mode="uniform").plan() == [3] * 8
     with pytest.raises(ValueError, match="mode"):
-        FanoutPlanner(K=7, budget=24, mode="bogus")
+        AdaptiveFanoutPlanner(K=7, budget=24, mode="bogus")

@@ -1,4 +1,5 @@
-"""Speedup model and backup policy: closed forms agree with a brute-force evaluation of the model."""
+"""Speedup model (the planner's, ``planner.rates``) and the live backup policy: closed forms agree with a
+brute-force evaluation of the model."""
 
 from __future__ import annotations
 
@@ -13,14 +14,15 @@ from sglang_ssd.algo.policy import (
     batch_ssd_speedup,
     crossover_batch,
     expected_tokens,
-    sd_speedup,
     ssd_over_sd_bound,
-    ssd_speedup,
 )
+from sglang_ssd.planner.rates import sd_speedup, ssd_speedup
 
 
-def brute_force_speedup(p_hit, b, E_hit, E_miss, T_p, T_b, whole_batch_backup=False):
-    """Enumerate all 2^b hit patterns of one round: exact expected tokens per request and round time."""
+def brute_force_speedup(p_hit, b, E_hit, E_miss, T_p, T_b, whole_batch_backup=False, miss_waits_for_tree=False):
+    """Enumerate all 2^b hit patterns of one round: exact expected tokens per request and round time.
+    A round with a miss lasts 1 + T_b (the live policy's form), or max(1, T_p) + T_b with
+    ``miss_waits_for_tree`` (the planner's: the hits' tree is still needed)."""
     tokens = time = 0.0
     for pattern in itertools.product([True, False], repeat=b):
         hits = sum(pattern)
@@ -31,7 +33,8 @@ def brute_force_speedup(p_hit, b, E_hit, E_miss, T_p, T_b, whole_batch_backup=Fa
         else:
             per_req = (hits * E_hit + (b - hits) * E_miss) / b
         tokens += prob * per_req
-        time += prob * (max(1.0, T_p) if all_hit else 1.0 + T_b)
+        miss_round = max(1.0, T_p) + T_b if miss_waits_for_tree else 1.0 + T_b
+        time += prob * (max(1.0, T_p) if all_hit else miss_round)
     return tokens / time
 
 
@@ -66,8 +69,18 @@ def test_batch_model_matches_brute_force(whole):
     ):
         closed = batch_ssd_speedup(p, b, E_hit, E_miss, T_p, T_b, whole_batch_backup=whole)
         assert closed == pytest.approx(brute_force_speedup(p, b, E_hit, E_miss, T_p, T_b, whole))
-    # b = 1 is Theorem 7
+    # b = 1 is Theorem 7, the planner's model with a tree no slower than the verification
     assert batch_ssd_speedup(0.7, 1, 4, 2, 0.9, 0.8) == pytest.approx(ssd_speedup(0.7, 4, 2, 0.9, 0.8))
+
+
+def test_planner_batch_model_matches_brute_force():
+    for p, b, E_hit, E_miss, T_p, T_b in itertools.product(
+        [0.5, 0.8, 0.95], [1, 2, 5, 8], [3.0, 5.0], [1.0, 2.5], [0.7, 1.3], [0.0, 0.9]
+    ):
+        closed = ssd_speedup(p, E_hit, E_miss, T_p, T_b, batch=b)
+        assert closed == pytest.approx(brute_force_speedup(p, b, E_hit, E_miss, T_p, T_b, miss_waits_for_tree=True))
+        if T_p <= 1.0:  # the live policy's form differs only when the tree outlasts the verification
+            assert closed == pytest.approx(batch_ssd_speedup(p, b, E_hit, E_miss, T_p, T_b))
 
 
 def test_policy_matches_brute_force_choice():
@@ -98,27 +111,10 @@ def test_policy_learns_from_observed_rounds():
     """Prior says the neural backup is great; the rounds say it is slow and barely better."""
     policy = BackupPolicy(p_hit=0.9, E_hit=4.0, neural=BackupOption(4.0, 0.2), decay=0.9)
     assert policy.choose(4) == "neural"
+    round_ = {"hits": 6, "requests": 8, "tokens_hit": 6 * 4.0, "T_verify": 10.0, "T_spec": 9.0}
     for _ in range(100):
-        policy.observe(
-            hits=6,
-            requests=8,
-            tokens_hit=6 * 4.0,
-            tokens_miss=2 * 1.3,
-            backup="neural",
-            T_verify=10.0,
-            T_spec=9.0,
-            T_backup=12.0,
-        )
-        policy.observe(
-            hits=6,
-            requests=8,
-            tokens_hit=6 * 4.0,
-            tokens_miss=2 * 1.0,
-            backup="fast",
-            T_verify=10.0,
-            T_spec=9.0,
-            T_backup=0.1,
-        )
+        policy.observe(**round_, tokens_miss=2 * 1.3, backup="neural", T_backup=12.0)
+        policy.observe(**round_, tokens_miss=2 * 1.0, backup="fast", T_backup=0.1)
     assert policy.p_hit.value == pytest.approx(0.75, abs=0.01)
     assert policy.T_b["neural"].value == pytest.approx(1.2, abs=0.01)
     assert policy.E_miss["neural"].value == pytest.approx(1.3, abs=0.01)
