@@ -114,6 +114,15 @@ class RequestState:
     def touch(self) -> None:
         self.last_active = time.monotonic()
 
+    def commit(self, accepted: int, bonus: int) -> None:
+        """The target accepted ``accepted`` tokens of the pending speculation, then emitted ``bonus``."""
+        glued = self.stage in (Stage.TREE, Stage.READY)
+        self.tokens += self.spec[:accepted] + [bonus]
+        if glued:
+            # Glue rows up to r0 + k (last token, s_1..s_k) hold exactly the committed context's KV.
+            self.kv_len = len(self.tokens) - 1
+        self.lookup.update(self.tokens)
+
     @property
     def last_position(self) -> int:
         """Absolute position of the last committed token."""

@@ -37,7 +37,8 @@ from ..wire.messages import (
 )
 from ..wire.speculation import Speculation, spec_to_msg
 from ..wire.tensors import FrameWriter, WireError
-from .engine import DraftEngine, RequestError
+from .engine import DraftEngine
+from .lifetime import RequestError
 from .stats import Timer
 
 log = logging.getLogger("sglang_ssd.draft")
