@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 import torch
 
-from sglang_ssd.algo.probs import SparseProbs
+from sglang_ssd.algo.probs import Generators, SparseProbs
+from sglang_ssd.algo.sampling_params import SamplingBatch
+from sglang_ssd.algo.verify import ChainVerifyResult, verify_chain
 from sglang_ssd.wire.speculation import Speculation
 
 
@@ -23,6 +25,23 @@ class BatchProposal:
     num_draft: torch.Tensor
     q: SparseProbs | torch.Tensor
     deterministic: torch.Tensor
+
+    def verify(self, target_logits: torch.Tensor, sampling: SamplingBatch, *,
+               allowed_mask: torch.Tensor | None = None, generator: Generators = None) -> ChainVerifyResult:
+        """Exact rejection sampling of these drafts against the target's processed logits ``[B, K+1, V]``
+        (on their device), with the q′ each draft was drawn from."""
+        dev = target_logits.device
+        return verify_chain(
+            target_logits,
+            self.tokens.to(dev),
+            self.q.to(dev),
+            sampling,
+            allowed_mask=allowed_mask,
+            deterministic=self.deterministic.to(dev),
+            num_draft=self.num_draft.to(dev),
+            generator=generator,
+            check=False,
+        )
 
 
 def stack_proposals(specs: list[Speculation | None], k: int, vocab_size: int) -> BatchProposal:

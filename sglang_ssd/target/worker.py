@@ -1,23 +1,25 @@
 """SSDWorker: SGLang's speculative worker for `--speculative-algorithm SSD`.
 
-One decode step = one SSD round (docs/ALGORITHM.md §2) seen from the target:
-1. take each request's pending speculation (K tokens + the q′ they were drawn from) that the draft
-   server sent after the previous round; a request without one is opened on the draft server now
-   (first round, after a fault, after an out-of-sync reply) — a forced miss;
-2. one TARGET_VERIFY forward over the chain [last, s_1..s_K] of every request (NGRAM's verify shape);
-3. exact rejection sampling with the q′ received (`sglang_ssd.algo.verify_chain`) on the request's own
-   processed distribution — never SGLang's greedy-only CPU verify;
-4. keep the KV of accepted tokens, report `accept_lens` (bonus included) to the scheduler, and post
-   the outcomes (k, bonus) to the draft server; its reply, the next round's speculation, is
-   collected at the start of the next step, so the round trip overlaps the scheduler's own work.
+One decode step = one SSD round (docs/ALGORITHM.md §2) seen from the target, in four phases:
+1. propose: take each request's pending speculation (K tokens + the q′ they were drawn from) that the
+   draft server sent after the previous round; a request without one is opened on the draft server
+   now (first round, after a fault, after an out-of-sync reply) — a forced miss;
+2. verify: one TARGET_VERIFY forward over the chain [last, s_1..s_K] of every request (NGRAM's verify
+   shape), then exact rejection sampling with the q′ received (`sglang_ssd.algo.verify_chain`) on the
+   request's own processed distribution — never SGLang's greedy-only CPU verify;
+3. commit KV: keep the KV of accepted tokens and hand `accept_lens` (bonus included) to the scheduler;
+4. report: post the outcomes (k, bonus) to the draft server; its reply, the next round's speculation,
+   is collected at the start of the next step, so the round trip overlaps the scheduler's own work.
 While the target verifies, the draft server pre-speculates the likely outcomes, so step 4's reply is
-usually a cache hit answered at once. Prefill batches are a plain target forward.
+usually a cache hit answered at once. Prefill batches are a plain target forward. The conversions
+between SGLang's objects and the project's types live in `target_logits.py`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, field
 
 import torch
 from sglang.kernels.ops.speculative.cache_locs import assign_extend_cache_locs_func
@@ -29,16 +31,22 @@ from sglang.srt.speculative.base_spec_worker import BaseSpecWorker
 from sglang.srt.speculative.ngram_info import NgramVerifyInput
 from sglang.srt.speculative.spec_utils import move_accept_tokens_to_target_kvcache
 
-from sglang_ssd.algo.sampling_params import SamplingBatch
-from sglang_ssd.algo.verify import ChainVerifyResult, verify_chain
 from sglang_ssd.target import metrics
 from sglang_ssd.target.auto_k import AutoK
 from sglang_ssd.target.config import SSDConfig
 from sglang_ssd.target.draft_link import DraftLink
-from sglang_ssd.target.proposals import stack_proposals
-from sglang_ssd.target.target_logits import processed_logits
+from sglang_ssd.target.proposals import BatchProposal, stack_proposals
+from sglang_ssd.target.target_logits import (
+    AcceptLayout,
+    accept_layout,
+    draft_params,
+    processed_logits,
+    request_generators,
+    sampled_outcome,
+    sampling_batch,
+    verify_chain_ids,
+)
 from sglang_ssd.target.tp_sync import TPSync
-from sglang_ssd.wire.messages import DraftParams
 from sglang_ssd.wire.speculation import Outcome, Speculation
 
 logger = logging.getLogger(__name__)
@@ -106,9 +114,44 @@ class SSDWorker(BaseSpecWorker):
         return self._result(result.logits_output, predict, accept_tokens.flatten(), accept_lens, new_seq_lens,
                             result.can_run_cuda_graph)
 
+    # ---- one decode round: propose → verify → commit KV → report -------------------------------------
+    def _forward_round(self, batch, on_publish, pp_proxy_tensors):
+        clock = RoundClock()
+        self._open_s = 0.0  # opening new requests on the draft server: once per request, not per round
+        specs, proposal, hits = self._propose(batch, clock)
+        chain = verify_chain_ids(batch, proposal.tokens).to(self.device)  # [bs, d]
+        d = chain.shape[1]
+        result, outcome = self._verify(batch, chain, proposal, pp_proxy_tensors, clock)
+        accepted = self._commit_kv(batch, result.logits_output, outcome, d)
+        if on_publish is not None:
+            on_publish(accepted.new_seq_lens)
+        batch.forward_mode = ForwardMode.DECODE
+        # Per-request, per-round SSD facts; SGLang accumulates them into the request's meta_info.
+        result.logits_output.customized_info = {"ssd_hit": hits, "ssd_drafted": proposal.num_draft.tolist()}
+        self._report(batch, specs, proposal, outcome, d, clock)
+        return self._result(result.logits_output, accepted.tokens, accepted.tokens, accepted.lens,
+                            accepted.new_seq_lens, result.can_run_cuda_graph)
+
+    def _propose(self, batch, clock):
+        """The round's K and each request's speculation, stacked into one proposal on every TP rank.
+        ⇒ (specs, proposal, hits); specs is None on a rank without a draft link."""
+        specs = proposal = hits = None
+        if self.link is not None:
+            k_round = self.auto_k.choose(len(batch.reqs)) if self.auto_k else self.k
+            self.pending.update(self.link.collect())  # the round posted at the end of the previous step
+            # Auto-K chose plain decoding: park the batch's requests on the draft server (closed, so
+            # it stops speculating for them and leaves the machine to the target); they are
+            # re-opened with their committed context when a later round drafts again.
+            specs = self._park(batch) if self.auto_k and k_round == 0 else self._speculations(batch)
+            proposal = self._stack(specs, k_round)
+            hits = [int(s.hit) if s is not None and len(s.tokens) else -1 for s in specs]
+            clock.collected = time.perf_counter()  # SSD's own pre-work: collect, opens, stacking
+        if self.tp is not None:  # the source's proposal (and its K) on every rank
+            proposal, hits = self.tp.proposal(proposal, hits)
+        return specs, proposal, hits
+
     def _speculations(self, batch) -> list[Speculation | None]:
         """The pending speculation of every request; opens requests the draft server does not know."""
-        self.pending.update(self.link.collect())  # the round posted at the end of the previous step
         specs = []
         for req in batch.reqs:
             spec = self.pending.pop(req.rid, None) if self.link.is_open(req.rid) else None
@@ -121,123 +164,90 @@ class SSDWorker(BaseSpecWorker):
         return specs
 
     def _park(self, batch) -> list[None]:
-        self.pending.update(self.link.collect())
         for req in batch.reqs:
             self.pending.pop(req.rid, None)
             if self.link.is_open(req.rid):
                 self.link.close(req.rid, wait=False)
         return [None] * len(batch.reqs)
 
-    def _forward_round(self, batch, on_publish, pp_proxy_tensors):
-        t0 = time.perf_counter()
-        bs = len(batch.reqs)
-        specs, hits = None, None
-        self._open_s = 0.0  # opening new requests on the draft server: once per request, not per round
-        t_collected = t0
-        if self.link is not None:
-            k_round = self.auto_k.choose(bs) if self.auto_k else self.k
-            # Auto-K chose plain decoding: park the batch's requests on the draft server (closed, so
-            # it stops speculating for them and leaves the machine to the target); they are
-            # re-opened with their committed context when a later round drafts again.
-            specs = self._park(batch) if self.auto_k and k_round == 0 else self._speculations(batch)
-            vocab = self.model_runner.model_config.vocab_size
-            proposal = stack_proposals(specs, k_round, vocab)  # a shorter chain than drafted stays exact
-            if k_round and int(proposal.num_draft.max()) == 0:  # nothing to verify (draft server down)
-                proposal = stack_proposals(specs, 0, vocab)
-            hits = [int(s.hit) if s is not None and len(s.tokens) else -1 for s in specs]
-            t_collected = time.perf_counter()  # SSD's own pre-work: collect, opens, stacking
-        if self.tp is not None:  # the source's proposal (and its K) on every rank
-            proposal, hits = self.tp.proposal(proposal if specs is not None else None, hits)
-        d = proposal.tokens.shape[1] + 1
+    def _stack(self, specs, k: int) -> BatchProposal:
+        vocab = self.model_runner.model_config.vocab_size
+        proposal = stack_proposals(specs, k, vocab)  # a shorter chain than drafted stays exact
+        if k and int(proposal.num_draft.max()) == 0:  # nothing to verify (draft server down)
+            proposal = stack_proposals(specs, 0, vocab)
+        return proposal
 
-        last = torch.tensor([req.output_ids[-1] for req in batch.reqs], dtype=torch.int64)
-        chain = torch.cat([last[:, None], proposal.tokens], dim=1).to(self.device)  # [bs, d]
-        t_verify = time.perf_counter()
+    def _verify(self, batch, chain, proposal, pp_proxy_tensors, clock):
+        """One target forward over the chains, then exact rejection sampling with the q′ received, on
+        each request's own processed distribution. ⇒ (SGLang's forward result, the outcome, the same on
+        every TP rank)."""
+        d = chain.shape[1]
+        clock.forward = time.perf_counter()
         plain = d == 1 and not batch.return_logprob and not batch.has_grammar
         if plain:
             result = self._decode_forward(batch, chain, pp_proxy_tensors)
         else:
             result = self._verify_forward(batch, chain, d, pp_proxy_tensors)
-        t_verified = time.perf_counter()
-        logits_output = result.logits_output
+        clock.verified = time.perf_counter()
         if plain:  # nothing drafted: SGLang's own sampler drew the token, exactly as in an AR step
-            bonus = result.next_token_ids.to(torch.int64)
-            outcome = ChainVerifyResult(torch.zeros_like(bonus), bonus[:, None], bonus)
+            outcome = sampled_outcome(result.next_token_ids)
         else:
-            logits, allowed = processed_logits(batch, logits_output.next_token_logits, chain, d)
-            outcome = verify_chain(
-                logits.view(bs, d, -1),
-                proposal.tokens.to(self.device),
-                proposal.q.to(self.device),
-                sampling_batch(batch),
-                allowed_mask=allowed,
-                deterministic=proposal.deterministic.to(self.device),
-                num_draft=proposal.num_draft.to(self.device),
-                generator=request_generators(batch),
-                check=False,
-            )
+            logits, allowed = processed_logits(batch, result.logits_output.next_token_logits, chain, d)
+            outcome = proposal.verify(logits.view(len(batch.reqs), d, -1), sampling_batch(batch),
+                                      allowed_mask=allowed, generator=request_generators(batch))
         if self.tp is not None:
             outcome = self.tp.outcome(outcome)  # one set of coins for the whole TP group
-        k = outcome.accept_len
-        accept_lens = (k + 1).to(torch.int32)
-        emitted = outcome.tokens.clamp(min=0)
-        predict = torch.zeros(bs, d, dtype=torch.int32, device=self.device)
-        predict[:, : emitted.shape[1]] = emitted.to(torch.int32)
-        slots = torch.arange(d, device=self.device)
-        accept_index = torch.where(
-            slots[None, :] <= k[:, None], torch.arange(bs, device=self.device)[:, None] * d + slots, -1
-        )
-        # The scheduler reads each request's emitted tokens at a fixed stride of `width`.
-        accept_tokens = torch.zeros(bs, self.width, dtype=torch.int32, device=self.device)
-        accept_tokens[:, :d] = predict
-        accept_tokens = accept_tokens.flatten()
-        predict = predict.flatten()
-        new_seq_lens = batch.seq_lens + accept_lens
-        move_accept_tokens_to_target_kvcache(batch, accept_index, k.to(torch.int32),
+        return result, outcome
+
+    def _commit_kv(self, batch, logits_output, outcome, d) -> AcceptLayout:
+        """Keep the KV of the accepted tokens (and their logprobs), in SGLang's accept layout."""
+        accepted = accept_layout(outcome, batch.seq_lens, d, self.width, self.device)
+        move_accept_tokens_to_target_kvcache(batch, accepted.index, outcome.accept_len.to(torch.int32),
                                              self.token_to_kv_pool_allocator)
         if batch.return_logprob:
-            compute_spec_logprobs(batch, logits_output, predict, accept_index=accept_index)
-        if on_publish is not None:
-            on_publish(new_seq_lens)
-        batch.forward_mode = ForwardMode.DECODE
-        # Per-request, per-round SSD facts; SGLang accumulates them into the request's meta_info.
-        logits_output.customized_info = {
-            "ssd_hit": hits,
-            "ssd_drafted": proposal.num_draft.tolist(),
-        }
+            compute_spec_logprobs(batch, logits_output, accepted.predict, accept_index=accepted.index)
+        return accepted
 
-        # Tell the draft server what happened; its reply is the next round's speculation. SSD posts
-        # it now and collects it at the start of the next step (the round trip overlaps the
-        # scheduler's work in between); the SD baseline (sync) waits for its draft here.
-        k_list, bonus_list = k.tolist(), outcome.bonus.tolist()
-        t_link = time.perf_counter()
+    def _report(self, batch, specs, proposal, outcome, d, clock):
+        """Post the outcomes to the draft server, then record the round."""
+        k_list, bonus_list = outcome.accept_len.tolist(), outcome.bonus.tolist()
+        clock.posted = time.perf_counter()
         link_s = 0.0
         if self.link is not None:
-            outcomes = [
-                Outcome(req.rid, k_list[i], bonus_list[i])
-                for i, req in enumerate(batch.reqs)
-                if specs[i] is not None and self.link.is_open(req.rid)
-            ]
-            self.link.post(outcomes)
-            if self.config.mode == "sync":
-                self.pending.update(self.link.collect())
-            link_s = (t_collected - t0 - self._open_s) + (time.perf_counter() - t_link)
-        t1 = time.perf_counter()
+            self._post(batch, specs, k_list, bonus_list)
+            link_s = (clock.collected - clock.start - self._open_s) + (time.perf_counter() - clock.posted)
+        clock.end = time.perf_counter()
+        self._record(len(batch.reqs), d, specs, proposal, k_list, link_s, clock)
+
+    def _record(self, bs, d, specs, proposal, k_list, link_s, clock) -> None:
+        """The round's counters and, under auto-K, the step's measured time at this width."""
         used = [s for s in specs or [] if s is not None and len(s.tokens)]
         self.stats.record_round(
-            num_draft=proposal.num_draft.tolist(), accepted=k_list, verify_s=t_verified - t_verify,
-            link_s=link_s, total_s=t1 - t0, open_s=self._open_s, math_s=t_link - t_verified,
+            num_draft=proposal.num_draft.tolist(), accepted=k_list, verify_s=clock.verified - clock.forward,
+            link_s=link_s, total_s=clock.end - clock.start, open_s=self._open_s,
+            math_s=clock.posted - clock.verified,
             all_hits=bool(used) and all(s.hit for s in used) and not self._open_s,
         )
         if self.auto_k:
-            gap_ms = 1000 * (t0 - self._last_step_end) if self._last_step_end else None
-            self.auto_k.observe(bs, d, 1000 * (t1 - t0 - self._open_s), gap_ms, k_list,
-                                proposal.num_draft.tolist())
-        self._last_step_end = t1
+            gap_ms = 1000 * (clock.start - self._last_step_end) if self._last_step_end else None
+            step_ms = 1000 * (clock.end - clock.start - self._open_s)
+            self.auto_k.observe(bs, d, step_ms, gap_ms, k_list, proposal.num_draft.tolist())
+        self._last_step_end = clock.end
         if self.enable_metrics and self.stats.rounds % 16 == 0:
             metrics.export_prometheus()
-        return self._result(logits_output, accept_tokens, accept_tokens, accept_lens, new_seq_lens,
-                            result.can_run_cuda_graph)
+
+    def _post(self, batch, specs, k_list, bonus_list) -> None:
+        """Tell the draft server what happened; its reply is the next round's speculation. SSD posts it
+        now and collects it at the start of the next step (the round trip overlaps the scheduler's work
+        in between); the SD baseline (sync) waits for its draft here."""
+        outcomes = [
+            Outcome(req.rid, k_list[i], bonus_list[i])
+            for i, req in enumerate(batch.reqs)
+            if specs[i] is not None and self.link.is_open(req.rid)
+        ]
+        self.link.post(outcomes)
+        if self.config.mode == "sync":
+            self.pending.update(self.link.collect())
 
     def _verify_forward(self, batch, chain, d, pp_proxy_tensors):
         """One TARGET_VERIFY forward over every request's chain [last, s_1..s_K] (NGRAM's shape)."""
@@ -313,37 +323,17 @@ class SSDWorker(BaseSpecWorker):
         )
 
 
-def draft_params(req) -> DraftParams:
-    sp = req.sampling_params
-    greedy = sp.top_k == 1 or sp.temperature <= 1e-6
-    return DraftParams(
-        temperature=0.0 if greedy else float(sp.temperature),
-        top_k=0 if sp.top_k in (None, -1) or sp.top_k >= 1 << 30 else int(sp.top_k),
-        top_p=float(sp.top_p),
-        min_p=float(sp.min_p),
-        seed=getattr(sp, "sampling_seed", None),
-    )
 
+@dataclass
+class RoundClock:
+    """The round's timestamps (perf_counter seconds); ``collected`` stays ``start`` without a link."""
 
-def sampling_batch(batch) -> SamplingBatch:
-    info = batch.sampling_info
-    return SamplingBatch(
-        temperature=info.temperatures.reshape(-1).float(),
-        top_k=info.top_ks.reshape(-1).long(),
-        top_p=info.top_ps.reshape(-1).float(),
-        min_p=info.min_ps.reshape(-1).float() if info.need_min_p_sampling else None,
-    )
+    start: float = field(default_factory=time.perf_counter)
+    collected: float = 0.0
+    forward: float = 0.0
+    verified: float = 0.0
+    posted: float = 0.0
+    end: float = 0.0
 
-
-def request_generators(batch):
-    """Per-request generators for requests with a sampling seed (reproducible accept coins)."""
-    seeds = [getattr(req.sampling_params, "sampling_seed", None) for req in batch.reqs]
-    if all(s is None for s in seeds):
-        return None
-    gens = []
-    for req, seed in zip(batch.reqs, seeds):
-        g = torch.Generator(device="cpu")
-        # Fresh coins each round, reproducible from (seed, position).
-        g.manual_seed((int(seed or 0) * 1_000_003 + len(req.output_ids)) % (1 << 63))
-        gens.append(g)
-    return gens
+    def __post_init__(self) -> None:
+        self.collected = self.start
