@@ -222,7 +222,7 @@ def apply_penalties(
     Returns float32 logits (a new tensor). SGLang order: additive penalties, then repetition scaling.
 
     This per-position rule keeps the AR law under penalties. The SGLang worker does not use it: it
-    follows SGLang's speculative convention (``sglang/target_logits.py``: the committed context's
+    follows SGLang's speculative convention (``target/target_logits.py``: the committed context's
     penalties at every position of the chain).
     """
     batch, positions, vocab = logits.shape

@@ -75,7 +75,7 @@ def verify_chain(
     """Verify one chain per request from the target's raw logits.
 
     ``target_logits``: float ``[B, K+1, V]`` (penalties already applied, if the request has any: the
-    server applies SGLang's speculative rule, ``sglang/target_logits.py``; the per-position rule is
+    server applies SGLang's speculative rule, ``target/target_logits.py``; the per-position rule is
     :func:`.sampling_params.apply_penalties`). ``draft_tokens``: integer ``[B, K]``.
     ``draft_probs``: the proposal (see module doc). ``sampling``: the requests' settings.
     ``allowed_mask``: grammar, bool ``[B, V]`` or ``[B, K+1, V]``, True = allowed.

@@ -1,7 +1,7 @@
 """Start a draft server process and wait until it serves.
 
 `python -m sglang_ssd.draft_server` prints one line `READY <endpoint>` on stdout once it serves and
-nothing else there (its log goes to stderr). The launcher (sglang/draft_fleet.py), the tests and the
+nothing else there (its log goes to stderr). The launcher (target/draft_fleet.py), the tests and the
 benchmarks all start it through `spawn_until_ready`, which reads that line; `DraftServerProcess` is the
 same with the usual command line and a context manager. Standard library only.
 """
