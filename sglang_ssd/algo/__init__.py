@@ -15,7 +15,7 @@ from .cache import CacheLookup, SpeculationCache, bytes_per_round
 from .cascade import CascadeDraft, cascade_draft, verify_cascade, verify_level
 from .fanout import (
     AcceptanceEstimator,
-    FanoutPlanner,
+    AdaptiveFanoutPlanner,
     MissExponentEstimator,
     acceptance_pmf,
     geometric_fanout,
@@ -28,9 +28,7 @@ from .policy import (
     batch_ssd_speedup,
     crossover_batch,
     expected_tokens,
-    sd_speedup,
     ssd_over_sd_bound,
-    ssd_speedup,
 )
 from .probs import SparseProbs, draw_uniforms, point_mass, sample_from_weights, sample_proposal
 from .saguaro import saguaro_probs, saguaro_sample
@@ -44,7 +42,7 @@ __all__ = [
     "CacheLookup",
     "CascadeDraft",
     "ChainVerifyResult",
-    "FanoutPlanner",
+    "AdaptiveFanoutPlanner",
     "MissExponentEstimator",
     "SamplingBatch",
     "SparseProbs",
@@ -67,9 +65,7 @@ __all__ = [
     "sample_proposal",
     "saguaro_probs",
     "saguaro_sample",
-    "sd_speedup",
     "ssd_over_sd_bound",
-    "ssd_speedup",
     "uniform_fanout",
     "verify_cascade",
     "verify_chain",

@@ -208,7 +208,3 @@ class AdaptiveFanoutPlanner:
         (self.alpha_after_miss if after_miss else self.alpha).update(accept_lens)
         if fanout_at_k is not None and hit is not None:
             self.r.update(fanout_at_k, hit)
-
-
-# The former name, still imported by sglang_ssd.algo and draft/planning.py.
-FanoutPlanner = AdaptiveFanoutPlanner

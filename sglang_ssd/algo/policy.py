@@ -1,7 +1,7 @@
 """The live backup choice (paper Theorem 17) and the pieces of the speedup model it runs on.
 
 The throughput model itself — AR, SD and SSD rates and speedups (Theorem 7, Theorem 17) — lives in
-``sglang_ssd.planner.rates``; ``sd_speedup`` and ``ssd_speedup`` are re-exported from there. What stays
+``sglang_ssd.planner.rates`` (the planner's, above this floor: nothing here imports it). What stays
 here is what the draft server runs per round, in units of one verification (T_v = 1): T_p is the
 primary speculator's time per round (the pre-speculation tree), T_b the backup's; E_hit / E_miss are
 the tokens a request emits per round (bonus included) when its speculation came from the cache / from
@@ -18,11 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..planner.rates import sd_speedup, ssd_speedup
-
 __all__ = [
     "BackupKind", "BackupOption", "BackupPolicy", "Ewma", "batch_ssd_speedup", "crossover_batch",
-    "expected_tokens", "sd_speedup", "ssd_over_sd_bound", "ssd_speedup",
+    "expected_tokens", "ssd_over_sd_bound",
 ]  # fmt: skip
 
 BackupKind = Literal["neural", "fast"]

@@ -29,7 +29,7 @@ class FanoutPlanner:
             raise ValueError(f"a fixed fan-out needs K+1 = {k + 1} non-negative entries, got {fixed}")
         self.kind, self.k, self.budget = kind, k, budget
         self.fixed = list(fixed) if fixed is not None else None
-        self.algo = None if kind == "fixed" else _algo("fanout").FanoutPlanner(K=k, budget=budget, mode=kind)
+        self.algo = None if kind == "fixed" else _algo("fanout").AdaptiveFanoutPlanner(K=k, budget=budget, mode=kind)
 
     def plan(self, after_miss: bool = False) -> list[int]:
         if self.algo is None:
