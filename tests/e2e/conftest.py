@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_ssd.prompts import load_prompts
+from sglang_ssd.prompts import chat_ids, load_prompts
 from sglang_ssd.tools.server_process import CPU_SERVER_ARGS, SGLangServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,13 +33,6 @@ def tokenizer(target_path):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(target_path))
-
-
-def chat_ids(tokenizer, prompt: str) -> list[int]:
-    ids = tokenizer.apply_chat_template(
-        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
-    )
-    return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
 
 
 @pytest.fixture(scope="session")

@@ -31,7 +31,7 @@ def test_ngram_speculative_decoding_on_cpu_is_exact(ngram_server, equality_promp
 
 
 def test_ngram_accepts_drafts_on_repetitive_text(ngram_server, tokenizer, ar_server):
-    from tests.e2e.conftest import chat_ids
+    from sglang_ssd.prompts import chat_ids
 
     ids = chat_ids(tokenizer, "Repeat exactly: red green blue, red green blue, red green blue, red green blue.")
     greedy_tokens(ngram_server, ids, 48)  # warms the n-gram corpus with this text
