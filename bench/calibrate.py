@@ -311,8 +311,8 @@ def parse_ints(s: str) -> list[int]:
 def calibrate_l0(path: Path, context: int, m: int, repeats: int) -> dict:
     """L0 (n-gram) cost: ms per proposed token, greedy chains of ``m`` after a ``context``-token history
     (a prompt-set text, so the context lookup scans a realistic history)."""
+    from sglang_ssd.draft.ngram import NgramDraft
     from sglang_ssd.prompts import load_prompts
-    from sglang_ssd.tools.ngram import NgramDraft
 
     model = NgramDraft.load(path)
     text = " ".join(p.prompt for p in load_prompts(limit=40))

@@ -9,11 +9,15 @@ goes on, y_j ~ p_1(· | c, y_<j) whether y_j was an accepted M0 token or M1's bo
 
 If a level samples from a modified distribution (its own temperature, Saguaro), that modified
 distribution is the q the level above must use — pass the probabilities the level actually used.
+
+The draft server's L1 verifies its L0 with :func:`verify_level_probs` (``draft/recursive.py``), so the
+statistical cases of ``tests/algo`` check the rule it runs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -49,7 +53,7 @@ def verify_level(
 ) -> tuple[ChainVerifyResult, torch.Tensor]:
     """Verify at one level and also return that level's processed distribution ``[B, K+1, V]``."""
     probs = process_logits(logits, sampling, allowed_mask)
-    result = verify_chain_probs(
+    result = verify_level_probs(
         probs,
         draft_tokens,
         draft_probs,
@@ -60,6 +64,42 @@ def verify_level(
         check=check,
     )
     return result, probs
+
+
+def verify_level_probs(
+    probs: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    draft_probs: Proposal,
+    *,
+    greedy: torch.Tensor | None = None,
+    num_draft: torch.Tensor | None = None,
+    generator: Generators = None,
+    uniforms: torch.Tensor | None = None,
+    draws: torch.Tensor | None = None,
+    backend: Backend = "auto",
+    check: bool = True,
+) -> ChainVerifyResult:
+    """The SD rule at one level on the distributions it samples from, ``probs [B, K+1, V]`` (these,
+    not the residual, are its q for the level above). Arguments as for ``verify_chain_probs``, plus:
+
+    ``draws``: float ``[B, K+1]``, the uniform of the token drawn at each position; the token emitted
+    after k acceptances is drawn with ``draws[:, k]`` and ``uniforms[:, :K]`` are the coins (its last
+    column is unused). The draft server's L1 takes its uniforms per position this way, so its draw at
+    a position is the one a plain step there would make.
+    """
+    run = partial(verify_chain_probs, probs, draft_tokens, draft_probs, greedy=greedy, num_draft=num_draft,
+                  generator=generator, backend=backend, check=check)  # fmt: skip
+    if draws is None:
+        return run(uniforms=uniforms)
+    if uniforms is None or tuple(draws.shape) != tuple(uniforms.shape):
+        raise ValueError("draws needs uniforms (the coins) of the same shape [B, K+1]")
+    # One draw per row, at a position only known once the coins have set k: the coins alone set k,
+    # so the second pass, with the same coins and draws[:, k], accepts the same tokens.
+    num = draft_tokens.shape[1]
+    first = run(uniforms=torch.cat([uniforms[:, :num], draws[:, num:]], 1))
+    if bool((first.accept_len == num).all()):
+        return first
+    return run(uniforms=torch.cat([uniforms[:, :num], draws.gather(1, first.accept_len[:, None])], 1))
 
 
 def cascade_draft(result: ChainVerifyResult, level_probs: torch.Tensor, pad_token: int = 0) -> CascadeDraft:

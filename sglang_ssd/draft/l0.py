@@ -1,8 +1,8 @@
 """L0 of a recursive chain (docs/ALGORITHM.md §9): the smallest drafter proposes tokens for the draft model.
 
-L0 here is the project's n-gram drafter (``sglang_ssd/tools/ngram.py``). It samples at its own
-temperature τ₀ from its smoothed distribution (top ``top`` tokens, sharpened to p^(1/τ₀)); τ₀ = 0 is
-the greedy chain, a point-mass proposal. The draft model (L1) verifies those tokens with the SD rule
+L0 here is the project's n-gram drafter (``draft/ngram.py``). It samples at its own temperature τ₀
+from its smoothed distribution (top ``top`` tokens, sharpened to p^(1/τ₀)); τ₀ = 0 is the greedy
+chain, a point-mass proposal. The draft model (L1) verifies those tokens with the SD rule
 (``draft/recursive.py``), so what L1 emits has exactly L1's law whatever L0 proposes — τ₀ only moves
 L1's acceptance rate. Calibration is therefore free of risk: while ``temperature="auto"``, every L1
 verification row whose context is real reports the overlap Σ min(q₁, q₀,τ) — the probability that L1
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..tools.ngram import NgramDraft
+from .ngram import NgramDraft
 from .sampler import STREAM_L0_DRAW, counter_uniforms
 
 

@@ -2,7 +2,8 @@
 
 Each L1 forward feeds, per branch (or per backup chain), its last token followed by L0's m proposals
 g_1..g_m, and reads L1's logits after each. L1's processed distribution q₁ at each row (temperature,
-filters, Saguaro — exactly what a plain step would sample from) verifies them with the SD rule:
+filters, Saguaro — exactly what a plain step would sample from) verifies them with the SD rule of
+``algo/cascade.py`` (the one the statistical cases of ``tests/algo`` check):
 accept g_i with probability min(1, q₁(g_i)/q₀(g_i)) (q₀ = 1 for a greedy L0), on the first rejection
 draw from norm(max(0, q₁ − q₀)), after m acceptances draw a bonus from q₁. Every emitted token is then
 distributed as q₁ given its real context, so the block is a draft for the target with proposal q₁ —
@@ -18,7 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from ..algo.probs import SparseProbs, sample_from_weights
+from ..algo.cascade import verify_level_probs
+from ..algo.probs import SparseProbs
 from .l0 import L0Level, L0Proposal
 from .model import DraftModel, Span
 from .request import RequestState
@@ -31,42 +33,60 @@ def _dense(q) -> torch.Tensor:
     return q.to_dense()[0] if isinstance(q, SparseProbs) else q[0]
 
 
-def verify_rows(
-    rows: list, prop: L0Proposal, model: DraftModel, seed: int, pos0: int
-) -> list[int]:
-    """SD of L0's tokens against L1's q₁ ``rows`` (m+1 one-row proposals, head vocabulary; row i is L1's
-    distribution for the token at absolute position ``pos0 + i``). Returns the emitted head ids (j ≤ m
-    accepted proposals, then one drawn token)."""
-    m = len(prop.tokens)
-    positions = torch.arange(pos0, pos0 + m + 1)
-    u_draw = counter_uniforms(seed, positions)
-    u_coin = counter_uniforms(seed, positions, STREAM_L1_COIN)
-    g_head = model.to_head_ids(torch.tensor(prop.tokens, dtype=torch.int64)).tolist() if m else []
-    out: list[int] = []
-    for i in range(m + 1):
-        q1 = _dense(rows[i]).float()
-        if i == m:
-            out.append(int(sample_from_weights(q1, u_draw[i])))
-            return out
-        g = g_head[i]
-        q0g = 1.0 if prop.probs is None else float(prop.probs[i][prop.tokens[i]])
-        if g >= 0 and float(u_coin[i]) < min(1.0, float(q1[g]) / q0g):
-            out.append(g)
-            continue
-        if prop.probs is None:
-            res = q1.clone()
-            if g >= 0:
-                res[g] = 0.0
-        else:
-            q0 = prop.probs[i]
-            ids = model.head_token_ids
-            q0h = q0 if ids is None else q0[ids.to(q0.device)]
-            res = (q1 - q0h.to(q1.device)).clamp_min(0.0)
-        if float(res.sum()) <= 0:  # q₁ ≤ q₀ everywhere: only possible through rounding
-            res = q1
-        out.append(int(sample_from_weights(res, u_draw[i])))
-        return out
-    return out
+def verify_rows(rows: list[list], props: list[L0Proposal], model: DraftModel, seeds: list[int],
+                pos0: list[int]) -> list[tuple[list[int], list]]:  # fmt: skip
+    """SD of L0's tokens against L1's q₁ for several branches (or backup chains) at once, by
+    ``algo/cascade.verify_level_probs``. Entry b: ``props[b]`` holds L0's m_b tokens, ``rows[b]`` m_b + 1
+    one-row q₁ (head vocabulary; row i for the token at absolute position ``pos0[b] + i`` of a request
+    with seed ``seeds[b]``). Returns per entry the emitted head ids (j ≤ m_b accepted proposals, then one
+    drawn token) and their q₁ rows, the proposal the target verifies them with (never the residual)."""
+    m = [len(p.tokens) for p in props]
+    num = max(m)
+    first = _dense(rows[0][0])
+    q1 = torch.zeros(len(props), num + 1, first.shape[-1], device=first.device)
+    for i, (rb, mb) in enumerate(zip(rows, m)):
+        q1[i, : mb + 1] = torch.stack([_dense(r) for r in rb[: mb + 1]])
+    g, q0 = _l0_head(props, model, num, q1.device)
+    if model.head_token_ids is not None:
+        # L0 may propose tokens the reduced head cannot produce: one more column, "outside the head",
+        # where q₁ is 0 (such a token is always rejected) and q₀ keeps its mass (so no residual there).
+        q1 = torch.nn.functional.pad(q1, (0, 1))
+        g = torch.where(g < 0, q1.shape[-1] - 1, g)
+    coins, draws = [], []
+    for seed, p in zip(seeds, pos0):
+        positions = torch.arange(p, p + num + 1)
+        coins.append(counter_uniforms(seed, positions, STREAM_L1_COIN))
+        draws.append(counter_uniforms(seed, positions))  # the uniforms a plain step at each position uses
+    result = verify_level_probs(q1, g, q0, num_draft=torch.tensor(m, device=q1.device),
+                                uniforms=torch.stack(coins).to(q1.device), draws=torch.stack(draws).to(q1.device),
+                                check=False)  # fmt: skip
+    n, tokens = result.num_emitted.tolist(), result.tokens.tolist()
+    return [(tokens[i][: n[i]], rows[i][: n[i]]) for i in range(len(props))]
+
+
+def _l0_head(props: list[L0Proposal], model: DraftModel, num: int, dev) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """L0's tokens as head ids ``[B, num]`` (−1 outside a reduced head, 0 past m_b) and q₀ ``[B, num, V]``
+    on the head columns (plus "outside the head" for a reduced head), or None when every entry drew
+    greedily. In a batch that mixes both, a greedy entry's q₀ is the one-hot point mass."""
+    lengths = torch.tensor([len(p.tokens) for p in props])
+    live = torch.arange(num) < lengths[:, None]
+    full = torch.zeros(len(props), num, dtype=torch.int64)
+    full[live] = torch.tensor([t for p in props for t in p.tokens], dtype=torch.int64)
+    g = torch.where(live, model.to_head_ids(full).cpu(), 0).to(dev)
+    sampled = [p.probs for p in props if p.probs is not None and p.tokens]
+    if not sampled:
+        return g, None
+    q0 = torch.zeros(len(props), num, sampled[0][0].shape[-1], device=dev)
+    for i, p in enumerate(props):
+        if p.probs is not None and p.tokens:
+            q0[i, : len(p.tokens)] = torch.stack(p.probs).to(dev).float()
+        elif p.tokens:
+            q0[i, : len(p.tokens)] = torch.nn.functional.one_hot(full[i, : len(p.tokens)], q0.shape[-1]).float()
+    ids = model.head_token_ids
+    if ids is None:
+        return g, q0
+    q0 = q0[..., ids.to(dev)]
+    return g, torch.cat([q0, (live.to(dev)[..., None].float() - q0.sum(-1, keepdim=True)).clamp_min(0.0)], -1)
 
 
 def _rows(logits: torch.Tensor, req: RequestState, depth0: int, plan: list[int], c: float) -> list:
@@ -80,6 +100,13 @@ def _rows(logits: torch.Tensor, req: RequestState, depth0: int, plan: list[int],
 def _observe(l0: L0Level, context: list[int], row, model: DraftModel) -> None:
     if l0.calibrating:
         l0.observe(context, _dense(q_to_full(row, model)).float())
+
+
+def _count(stats, prop: L0Proposal, emitted: list[int]) -> None:
+    if stats is not None:
+        stats.count("l0_proposed", len(prop.tokens))
+        stats.count("l0_accepted", len(emitted) - 1)
+        stats.count("l1_steps")
 
 
 # ---- tree branches ---------------------------------------------------------------------------------------
@@ -126,22 +153,23 @@ def l0_advance_tree(req: RequestState, logits: torch.Tensor, model: DraftModel, 
                     stats=None) -> None:  # fmt: skip
     """Verify each branch's proposals, append what L1 emits, and publish every depth all branches reached."""
     t = req.tree
-    off = 0
+    rows, props, pos0, off = [], [], [], 0
     for b, (prop, ctx) in t.pending.items():
         n = len(prop.tokens) + 1
         d0 = int(t.done[b])
-        rows = _rows(logits[off : off + n], req, d0, t.sample_plan, c)
+        rows.append(_rows(logits[off : off + n], req, d0, t.sample_plan, c))
         off += n
-        _observe(l0, ctx, rows[0], model)
-        emitted = verify_rows(rows, prop, model, req.seed, int(t.positions0[b]) + d0 + 1)
+        _observe(l0, ctx, rows[-1][0], model)
+        props.append(prop)
+        pos0.append(int(t.positions0[b]) + d0 + 1)
+    verified = verify_rows(rows, props, model, [req.seed] * len(props), pos0) if props else []
+    for b, prop, (emitted, q_up) in zip(t.pending, props, verified):
+        d0 = int(t.done[b])
         take = min(len(emitted), k - d0)
         t.tokens[b, d0 : d0 + take] = model.to_full_ids(torch.tensor(emitted[:take])).cpu()
-        t.qb[b] += rows[:take]
+        t.qb[b] += q_up[:take]
         t.done[b] = d0 + take
-        if stats is not None:
-            stats.count("l0_proposed", len(prop.tokens))
-            stats.count("l0_accepted", len(emitted) - 1)
-            stats.count("l1_steps")
+        _count(stats, prop, emitted)
     t.pending = {}
     reached = int(t.done.min()) if t.num_branches else k
     while t.steps_done < reached:
@@ -177,18 +205,17 @@ def l0_neural_draft(model: DraftModel, reqs: list[RequestState], k: int, plan: l
             props.append((prop, ctx))
             first[i] = False
         logits = model.forward(spans)
-        for i, lg, (prop, ctx) in zip(active, logits, props):
-            r, n = reqs[i], len(toks[i])
-            rows = _rows(lg, r, n, plan, c)
-            _observe(l0, ctx, rows[0], model)
-            emitted = verify_rows(rows, prop, model, r.seed, len(r.tokens) + n)
-            take = min(len(emitted), k - n)
+        rows = [_rows(lg, reqs[i], len(toks[i]), plan, c) for i, lg in zip(active, logits)]
+        for (_, ctx), r in zip(props, rows):
+            _observe(l0, ctx, r[0], model)
+        seeds = [reqs[i].seed for i in active]
+        pos0 = [len(reqs[i].tokens) + len(toks[i]) for i in active]
+        verified = verify_rows(rows, [p for p, _ in props], model, seeds, pos0)
+        for i, (prop, _), (emitted, q_up) in zip(active, props, verified):
+            take = min(len(emitted), k - len(toks[i]))
             toks[i] += model.to_full_ids(torch.tensor(emitted[:take])).tolist()
-            qs[i] += rows[:take]
-            if stats is not None:
-                stats.count("l0_proposed", len(prop.tokens))
-                stats.count("l0_accepted", len(emitted) - 1)
-                stats.count("l1_steps")
+            qs[i] += q_up[:take]
+            _count(stats, prop, emitted)
     out = []
     for r, tk, ql in zip(reqs, toks, qs):
         r.kv_len = len(r.tokens) - 1  # the next glue re-feeds the last committed token

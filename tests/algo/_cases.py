@@ -181,8 +181,8 @@ def _cascade_cases() -> list[Case]:
 
 
 def _recursive_cases() -> list[Case]:
-    # One verify_rows call per L1 step and row (Python): fewer rows and cells, so less power (TV 0.04).
-    # K = 4 takes ~10 s of one core: it runs under `make mutants` (EXTRA_CASES), not in `make test`.
+    # The counter uniforms are drawn per L1 step and row (Python): fewer rows and cells, so less power
+    # (TV 0.04). K = 4 takes ~10 s of one core: it runs under `make mutants` (EXTRA_CASES), not in `make test`.
     return [
         Case("recursive-pointL0-K2-C0.3-T1-V3", Setup(K=2, C=0.3, vocab=3, seed=51), "recursive", rows=10_000,
              max_tv=0.04),

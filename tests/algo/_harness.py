@@ -357,11 +357,11 @@ def recursive_block(
 ) -> Block:
     """L0 → L1 → target, L1 verifying L0 with ``recursive.verify_rows`` as the draft server does
     (``l0_neural_draft``'s loop: L0 proposes ≤ m tokens, L1 emits what it accepts and one drawn token,
-    until K tokens), then the target verifies L1's K tokens with L1's distributions as q′.
+    until K tokens), then the target verifies L1's K tokens with the q′ rows verify_rows sends upward.
 
     ``l0``: "point" (greedy n-gram-like guesses) or "sampled" (L0 samples, dense q₀). L1 samples at
-    ``tau1`` (default: the request's temperature) with Saguaro C. One Python call per L1 step and row:
-    keep ``rows`` to a few 10⁴.
+    ``tau1`` (default: the request's temperature) with Saguaro C. One batched call per L1 step, but
+    the counter uniforms are drawn per row: keep ``rows`` to a few 10⁴.
     """
     vocab, k = setup.vocab, setup.K
     middle = setup.target.near(3, setup.mid_noise)
@@ -398,18 +398,18 @@ def recursive_block(
             props.append(g)
             c = push(c, g)
         l1 = torch.stack(l1, 1)  # [A, m+1, V]
-        for a, r in enumerate(active.tolist()):
-            d0 = int(done[r])
+        rows_list, prop_list, d0s = [], [], done[active].tolist()
+        for a, d0 in enumerate(d0s):
             mr = min(m, k - 1 - d0)
-            prop = L0Proposal(
-                [int(props[i][a]) for i in range(mr)],
-                None if l0 == "point" else [prop_q[i][a] for i in range(mr)],
-            )
-            row_list = [l1[a, i : i + 1].clone() for i in range(mr + 1)]
-            emitted = recursive.verify_rows(row_list, prop, _HEAD, 7919 * r + 17 + setup.seed, base + d0)
+            q0 = None if l0 == "point" else [prop_q[i][a] for i in range(mr)]
+            prop_list.append(L0Proposal([int(props[i][a]) for i in range(mr)], q0))
+            rows_list.append([l1[a, i : i + 1] for i in range(mr + 1)])
+        seeds = [7919 * r + 17 + setup.seed for r in active.tolist()]
+        verified = recursive.verify_rows(rows_list, prop_list, _HEAD, seeds, [base + d0 for d0 in d0s])
+        for r, d0, (emitted, q_up) in zip(active.tolist(), d0s, verified):
             take = min(len(emitted), k - d0)
             toks[r, d0 : d0 + take] = torch.tensor(emitted[:take])
-            q1[r, d0 : d0 + take] = torch.cat(row_list[:take])
+            q1[r, d0 : d0 + take] = torch.cat(q_up[:take])
             done[r] = d0 + take
     ctxs = contexts(ctx0, toks)
     logits = torch.stack([setup.target(c) for c in ctxs], 1)

@@ -1,4 +1,4 @@
-"""Verification mechanics: greedy rule, chain lengths, reproducibility, the FlashInfer route."""
+"""Verification mechanics: greedy rule, chain lengths, reproducibility, per-position draws, the FlashInfer route."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import functools
 import pytest
 import torch
 
-from sglang_ssd.algo import SamplingBatch, SparseProbs, verify_chain, verify_chain_probs
+from sglang_ssd.algo import SamplingBatch, SparseProbs, cascade, verify_chain, verify_chain_probs
 from sglang_ssd.algo import verify as verify_mod
 
 from ._cases import Case
@@ -81,6 +81,27 @@ def test_per_request_generators_make_requests_reproducible_across_batches():
         assert torch.equal(alone.tokens[0], whole.tokens[i])
     other = verify_chain(logits, drafts, q, sampling, generator=gens(range(50, 50 + B)))
     assert not torch.equal(other.tokens, whole.tokens)
+
+
+def test_per_position_draws_keep_k_and_draw_at_the_emitted_position():
+    """cascade.verify_level_probs with ``draws``: the coins alone set k, and the token emitted after k
+    acceptances is drawn with draws[:, k] (the draft server's per-position uniforms)."""
+    g = torch.Generator().manual_seed(3)
+    B, K = 64, 3
+    p = torch.softmax(torch.randn(B, K + 1, V, generator=g), -1)
+    q = torch.softmax(torch.randn(B, K, V, generator=g), -1)
+    drafts = torch.multinomial(q.reshape(-1, V), 1, generator=g).reshape(B, K)
+    coins, draws = torch.rand(B, K + 1, generator=g), torch.rand(B, K + 1, generator=g)
+    num_draft = torch.randint(0, K + 1, (B,), generator=g)
+    r = cascade.verify_level_probs(p, drafts, q, num_draft=num_draft, uniforms=coins, draws=draws)
+    for b in range(B):
+        u = torch.cat([coins[b, :K], draws[b, r.accept_len[b]].view(1)])[None]
+        one = verify_chain_probs(p[b : b + 1], drafts[b : b + 1], q[b : b + 1], num_draft=num_draft[b : b + 1],
+                                 uniforms=u)  # fmt: skip
+        assert torch.equal(one.tokens[0], r.tokens[b])
+    assert 0 < int((r.accept_len < num_draft).sum()) < B  # both a rejection and a full acceptance
+    with pytest.raises(ValueError):
+        cascade.verify_level_probs(p, drafts, q, draws=draws)
 
 
 def test_deterministic_rows_need_no_support_in_draft_probs():

@@ -18,10 +18,10 @@ from sglang_ssd.algo.probs import SparseProbs
 from sglang_ssd.draft.engine import DraftEngine, EngineConfig
 from sglang_ssd.draft.l0 import L0Level
 from sglang_ssd.draft.model import DraftModel, Span
+from sglang_ssd.draft.ngram import NgramDraft
 from sglang_ssd.draft.request import Stage
 from sglang_ssd.draft.sampler import proposal
 from sglang_ssd.draft.tree import num_top, q_to_full
-from sglang_ssd.tools.ngram import NgramDraft
 from sglang_ssd.tools.random_model import write_random_model
 from sglang_ssd.wire.messages import DraftParams, OutcomeMsg
 from tests.algo._stats import chi_square

@@ -20,6 +20,7 @@ from sglang_ssd.algo import verify as verify_mod
 from sglang_ssd.algo.probs import sample_from_weights
 from sglang_ssd.algo.sampling_params import GREEDY_EPS, SamplingBatch
 from sglang_ssd.draft import recursive
+from sglang_ssd.draft.sampler import STREAM_DRAFT
 from sglang_ssd.target import target_logits
 
 Patch = tuple[object, str, object]
@@ -240,23 +241,33 @@ def cascade_residual_upward() -> list[Patch]:
     return [(cascade, "verify_level", level)]
 
 
+def _residual_up(rows, prop, emitted, up):
+    j = len(emitted) - 1
+    if j < len(prop.tokens):  # L0's j-th proposal was rejected; emitted[j] came from the residual
+        q1 = recursive._dense(rows[j]).float()
+        if prop.probs is None:
+            q0 = torch.zeros_like(q1)
+            q0[prop.tokens[j]] = 1.0
+        else:
+            q0 = prop.probs[j].float()
+        up = up[:j] + [_residual(q1, q0)[None]]
+    return emitted, up
+
+
 def recursive_residual_upward() -> list[Patch]:
     """The draft server's L1 (draft/recursive.py) sends the residual row upward where it rejected L0."""
 
-    def verify_rows(rows, prop, model, seed, pos0):
-        out = _verify_rows(rows, prop, model, seed, pos0)
-        j = len(out) - 1
-        if j < len(prop.tokens):  # L0's j-th proposal was rejected; out[j] came from the residual
-            q1 = recursive._dense(rows[j]).float()
-            if prop.probs is None:
-                q0 = torch.zeros_like(q1)
-                q0[prop.tokens[j]] = 1.0
-            else:
-                q0 = prop.probs[j].float()
-            rows[j] = _residual(q1, q0)[None]
-        return out
+    def verify_rows(rows, props, model, seeds, pos0):
+        out = _verify_rows(rows, props, model, seeds, pos0)
+        return [_residual_up(rb, prop, emitted, up) for rb, prop, (emitted, up) in zip(rows, props, out)]
 
     return [(recursive, "verify_rows", verify_rows)]
+
+
+def recursive_coins_are_draws() -> list[Patch]:
+    """The draft server's L1 takes its acceptance coins from the draft stream, so the token drawn after
+    a rejection reuses the uniform that rejected (a uniform conditioned on u ≥ q₁/q₀)."""
+    return [(recursive, "STREAM_L1_COIN", STREAM_DRAFT)]
 
 
 MUTANTS: list[Mutant] = [
@@ -284,6 +295,9 @@ MUTANTS: list[Mutant] = [
     Mutant("recursive_residual_upward",
            "three levels (draft/recursive.py): L1 sends the residual row upward where it rejected L0",
            recursive_residual_upward, ("recursive-pointL0-K2-C0.3-T1-V3", "recursive-pointL0-K4-filtered-T1-V3")),
+    Mutant("recursive_coins_are_draws",
+           "three levels (draft/recursive.py): L1's acceptance coins are its draw uniforms (same stream)",
+           recursive_coins_are_draws, ("recursive-pointL0-K2-C0.3-T1-V3", "recursive-sampledL0-K1-T0.7-V4")),
     Mutant("biased_fast_backup",
            "fast backup: a deterministic token accepted only when it is p's argmax, else p without it",
            biased_fast_backup, ("point-K2-C1-plain-T1", "mixed-K2-C0.3-filtered-T0.7"), fast=True),

@@ -35,7 +35,8 @@ def test_every_mutant_names_known_cases_and_patches_something():
 
 def test_planting_is_undone():
     watched = [(verify_mod, "_chain_torch"), (verify_mod, "process_logits"), (saguaro, "saguaro_sample"),
-               (cascade, "verify_level"), (recursive, "verify_rows"), (target_logits, "processed_logits")]  # fmt: skip
+               (cascade, "verify_level"), (recursive, "verify_rows"), (recursive, "STREAM_L1_COIN"),
+               (target_logits, "processed_logits")]  # fmt: skip
     before = [getattr(o, a) for o, a in watched]
     for m in MUTANTS:
         with planted(m):

@@ -1,11 +1,16 @@
-"""The n-gram drafter (L0): context lookup, backoff table, distribution, storage, input checks."""
+"""The n-gram drafter (L0, draft/ngram.py): context lookup, backoff table, distribution, storage, input checks;
+the build tool's acceptance measure and corpus reader (tools/ngram.py)."""
 
 import json
+import random
+from collections import Counter
 
 import pytest
 import torch
 
-from sglang_ssd.tools.ngram import NgramDraft, greedy_acceptance
+from sglang_ssd.draft.ngram import NgramDraft
+from sglang_ssd.draft.ngram_backup import ContextLookup, suffix_matches
+from sglang_ssd.tools.ngram import greedy_acceptance
 
 CORPUS = [
     [1, 2, 3, 4, 5, 1, 2, 3, 4, 6],
@@ -36,6 +41,19 @@ def test_lookup_prefers_the_longest_match():
     ctx = [1, 2, 3, 9, 2, 3, 8, 1, 2, 3]
     assert model.lookup_votes(ctx) == {9: 1}
     assert model.propose(ctx, 1) == [9]
+
+
+def test_l0_lookup_and_fast_backup_share_one_rule():
+    """L0's votes and the fast backup's proposal come from the same suffix lookup: the backup follows
+    the most recent of the occurrences L0 votes from (same length bounds)."""
+    rng = random.Random(0)
+    for _ in range(300):
+        ctx = [rng.randrange(4) for _ in range(rng.randrange(1, 40))]
+        votes = NgramDraft(min_match=2, max_match=5).lookup_votes(ctx)
+        ends = suffix_matches(ctx, 2, 5)
+        assert votes == Counter(ctx[j + 1] for j in ends)
+        got = ContextLookup(min_n=2, max_n=5).propose(ctx, 1)
+        assert got == ([ctx[ends[-1] + 1]] if ends else [])
 
 
 def test_backoff_table_proposals():
