@@ -23,7 +23,7 @@ from tqdm import tqdm
 from sglang_ssd.prompts import chat_ids
 from sglang_ssd.tools.draft_prompts import training_prompts
 
-SOURCES = ("templates", "sharegpt")
+SOURCES = ("templates", "sharegpt", "sharegpt-held-out")
 
 
 def source_prompts(spec: DataSpec) -> list[str]:
@@ -33,9 +33,9 @@ def source_prompts(spec: DataSpec) -> list[str]:
         return [p for _, p in training_prompts(n * (spec.part + 1), seed=spec.seed)[n * spec.part:]]
     from sglang_ssd.sharegpt import load_sharegpt
 
-    stream = load_sharegpt("train")
+    stream = load_sharegpt("held_out" if spec.source == "sharegpt-held-out" else "train")
     if n * (spec.part + 1) > len(stream):
-        raise ValueError(f"ShareGPT part {spec.part} of {n} prompts runs past the {len(stream)} training prompts")
+        raise ValueError(f"ShareGPT part {spec.part} of {n} prompts runs past the {len(stream)} prompts of its split")
     return [p.prompt for p in stream[n * spec.part: n * (spec.part + 1)]]
 
 
@@ -47,7 +47,9 @@ class DataSpec:
 
     n_greedy: int = 400
     n_sampled: int = 112
-    source: str = "templates"  # or "sharegpt": the train part of sglang_ssd/sharegpt.py's fixed split
+    # "templates" (draft_prompts.py), "sharegpt" (the train part of sglang_ssd/sharegpt.py's fixed split)
+    # or "sharegpt-held-out" (its held-out part: for validation and evaluation only)
+    source: str = "templates"
     temperature: float = 0.7
     max_new: int = 128
     top_k: int = 32
@@ -130,7 +132,8 @@ def build_dataset(target_dir: Path, cache_dir: Path, spec: DataSpec) -> list[dic
     ids = [chat_ids(tokenizer, p)[-spec.max_prompt:] for p, _ in jobs]
     order = sorted(range(len(jobs)), key=lambda j: (jobs[j][1], len(ids[j]), j))
     batches = [order[i: i + spec.batch] for i in range(0, len(order), spec.batch)]
-    tag = ("sharegpt_" if spec.source == "sharegpt" else "") + f"g{spec.n_greedy}_s{spec.n_sampled}_t{spec.temperature}_n{spec.max_new}_k{spec.top_k}_b{spec.batch}_seed{spec.seed}" + (
+    prefix = {"templates": "", "sharegpt": "sharegpt_", "sharegpt-held-out": "sharegpt_held_out_"}[spec.source]
+    tag = prefix + f"g{spec.n_greedy}_s{spec.n_sampled}_t{spec.temperature}_n{spec.max_new}_k{spec.top_k}_b{spec.batch}_seed{spec.seed}" + (
         f"_p{spec.part}" if spec.part else "")
     model = None
     records: list[dict] = []

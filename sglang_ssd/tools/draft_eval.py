@@ -1,9 +1,10 @@
 """Evaluate a draft against the target: acceptance, cost, size.
 
     python -m sglang_ssd.tools.draft_eval --target models/target --draft models/draft \\
-        [--prompts held-out|train] [--max-new 96] [--json out.json]
+        [--prompts held-out|sharegpt-held-out|prompt-set|train] [--max-new 96] [--json out.json]
 
-Measures, on the 40 hand-written held-out prompts (or, labelled, on training prompts):
+Measures, on one prompt set (the 40 hand-written held-out prompts by default; the held-out ShareGPT
+slice; the project's 200-prompt set; or, labelled, training prompts):
 - Greedy acceptance: along the target's greedy continuation, the rate at which the draft's argmax equals
   the target's next token (per-token α). With greedy verification a chain round accepts exactly the run
   of agreements from its start (the draft's proposals follow the target's own prefix until the first
@@ -65,7 +66,7 @@ def target_references(target, tokenizer, prompts: list[str], max_new: int, tempe
     path = cache_dir / f"eval_ref_{key}.pt"
     if path.is_file():
         return torch.load(path)
-    ids = [chat_ids(tokenizer, p) for p in prompts]
+    ids = [chat_ids(tokenizer, p)[-512:] for p in prompts]  # the same cut as the training data
     gen = torch.Generator().manual_seed(1234)
     refs = []
     for i in tqdm(range(0, len(ids), 20), desc=f"target refs T={temperature}"):
@@ -92,8 +93,17 @@ def draft_logits(draft, r: dict) -> torch.Tensor:
     return draft(input_ids=x).logits[0, len(r["prompt"]) - 1: -1].float()
 
 
-def greedy_stats(draft, refs: list[dict], ks=(4, 5, 6, 7)) -> dict:
-    agrees = [(draft_logits(draft, r).argmax(-1) == r["answer"]).tolist() for r in refs]
+def greedy_stats(draft, refs: list[dict], ks=(2, 4, 5, 6, 7), fanouts=(1, 2, 3, 4)) -> dict:
+    """Per-token α, chain replays E_K, and the top-F coverage of the bonus after a rejection: at the
+    positions where the draft's argmax is wrong, how often the target's token is among the draft's
+    next F candidates (ranks 2..F+1). That is what a fan-out of F per position must cover for the
+    speculation cache to hit after a rejection."""
+    agrees, ranks = [], []
+    for r in refs:
+        logits = draft_logits(draft, r)
+        agrees.append((logits.argmax(-1) == r["answer"]).tolist())
+        target_logit = logits.gather(-1, r["answer"][:, None])
+        ranks += (logits > target_logit).sum(-1).tolist()  # 0 = the draft's argmax
     flat = [a for ag in agrees for a in ag]
     out = {"alpha_per_token": sum(flat) / len(flat), "positions": len(flat)}
     for k in ks:
@@ -103,6 +113,9 @@ def greedy_stats(draft, refs: list[dict], ks=(4, 5, 6, 7)) -> dict:
             rounds, acc = rounds + r, acc + a
         out[f"E_K{k}"] = (acc + rounds) / rounds
         out[f"alpha_chain_K{k}"] = acc / (k * rounds)
+    missed = [rank for rank in ranks if rank > 0]
+    for f in fanouts:
+        out[f"bonus_coverage_F{f}"] = sum(rank <= f for rank in missed) / max(len(missed), 1)
     return out
 
 
@@ -163,6 +176,28 @@ def param_counts(model) -> dict:
     return {"params_total": total, "params_read_per_token": read, "head_rows": head.shape[0]}
 
 
+PROMPT_SETS = ("held-out", "sharegpt-held-out", "prompt-set", "train")
+
+
+def eval_prompts(which: str) -> list[str]:
+    """The prompts of one evaluation set. Held out from training: the 40 hand-written prompts, the
+    256-prompt held-out ShareGPT slice (sglang_ssd/sharegpt.py) and the project's 200-prompt set;
+    'train' (40 template prompts) is a labelled control."""
+    if which == "held-out":
+        return [p for _, p in held_out_prompts()]
+    if which == "sharegpt-held-out":
+        from sglang_ssd.sharegpt import load_sharegpt
+
+        return [p.prompt for p in load_sharegpt("held_out")]
+    if which == "prompt-set":
+        from sglang_ssd.prompts import load_prompts
+
+        return [p.prompt for p in load_prompts()]
+    if which == "train":
+        return [p for _, p in training_prompts(40, seed=0)]
+    raise ValueError(f"prompts must be one of {PROMPT_SETS}, got {which!r}")
+
+
 def evaluate(target_dir: Path, draft_dir: Path, which: str, max_new: int, cache_dir: Path) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -170,12 +205,7 @@ def evaluate(target_dir: Path, draft_dir: Path, which: str, max_new: int, cache_
     tokenizer = AutoTokenizer.from_pretrained(str(target_dir))
     target = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
     draft = load_draft(draft_dir)
-    if which == "held-out":
-        prompts = [p for _, p in held_out_prompts()]
-    elif which == "train":
-        prompts = [p for _, p in training_prompts(40, seed=0)]
-    else:
-        raise ValueError(f"which must be 'held-out' or 'train', got {which!r}")
+    prompts = eval_prompts(which)
     report: dict = {"prompts": which, "n_prompts": len(prompts), "max_new": max_new,
                     "greedy_measure": "next-token argmax agreement along the target's greedy continuation; "
                                       "E_K / alpha_chain_K replay greedy chain SD exactly"}
@@ -196,7 +226,7 @@ def evaluate(target_dir: Path, draft_dir: Path, which: str, max_new: int, cache_
         f"K{k}": {"E": report["greedy"][f"E_K{k}"],
                   "E_over_1_plus_Kc": report["greedy"][f"E_K{k}"] / (1 + k * c),
                   "E_over_1_plus_c": report["greedy"][f"E_K{k}"] / (1 + c)}
-        for k in (4, 5, 6, 7)}
+        for k in (2, 4, 5, 6, 7)}
     return report
 
 
@@ -204,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", type=Path, default=Path("models/target"))
     ap.add_argument("--draft", type=Path, default=Path("models/draft"))
-    ap.add_argument("--prompts", choices=["held-out", "train"], default="held-out")
+    ap.add_argument("--prompts", choices=PROMPT_SETS, default="held-out")
     ap.add_argument("--max-new", type=int, default=96)
     ap.add_argument("--cache", type=Path, default=Path("models/draft_data"))
     ap.add_argument("--json", type=Path, default=None)

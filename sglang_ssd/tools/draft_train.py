@@ -2,7 +2,7 @@
 
     python -m sglang_ssd.tools.draft_train --target models/target \\
         [--data models/draft_data] [--parts 2] [--layers 0,1,29] [--vocab 8192] [--freeze head] \\
-        [--steps 600] [--holdout N] \\
+        [--steps 600] [--holdout N] [--sharegpt-parts 8] [--val-sharegpt 256] [--resume] \\
         [--out sglang_ssd/tools/weights/draft_weights.safetensors]
 
 Pipeline (one thread, fixed seeds; the same arguments give the same weights):
@@ -159,6 +159,66 @@ def distill_loss(sub_logits: torch.Tensor, rows: torch.Tensor, t_logits: torch.T
     return loss, agree
 
 
+def load_records(args) -> tuple[list[dict], list[dict]]:
+    """(training records, validation records). Training: --parts template parts and --sharegpt-parts
+    ShareGPT parts; validation: the target's greedy answers to --val-sharegpt held-out ShareGPT prompts
+    (never trained on), else every --holdout-th training record."""
+    specs = [DataSpec(n_greedy=args.n_greedy, n_sampled=args.n_sampled, max_new=args.max_new, seed=args.seed,
+                      part=part) for part in range(args.parts)]  # fmt: skip
+    specs += [DataSpec(n_greedy=args.sharegpt_n_greedy, n_sampled=args.sharegpt_n_sampled, max_new=args.max_new,
+                       seed=args.seed, part=part, source="sharegpt") for part in range(args.sharegpt_parts)]  # fmt: skip
+    records = [r for spec in specs for r in build_dataset(args.target, args.data, spec)]
+    if args.val_sharegpt:
+        spec = DataSpec(n_greedy=args.val_sharegpt, n_sampled=0, max_new=args.max_new, seed=args.seed,
+                        source="sharegpt-held-out")  # fmt: skip
+        return records, build_dataset(args.target, args.data, spec)
+    held = records[args.holdout - 1 :: args.holdout] if args.holdout else []
+    if args.holdout:
+        records = [r for i, r in enumerate(records) if (i + 1) % args.holdout]
+    return records, held
+
+
+def lr_schedule(args):
+    """Linear warm-up over the first 5 % of steps, then cosine decay to zero."""
+    warm = max(1, args.steps // 20)
+
+    def lr_at(step: int) -> float:
+        if step < warm:
+            return args.lr * (step + 1) / warm
+        return args.lr * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, args.steps - warm)))
+
+    return lr_at
+
+
+def train_step(student, opt, params, batch: list[dict], pad_id: int, lr: float, args) -> tuple[float, float]:
+    ids, att, rows, t_logits = collate(batch, pad_id)
+    for g in opt.param_groups:
+        g["lr"] = lr
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+        hidden = student.model(input_ids=ids, attention_mask=att).last_hidden_state
+        sub = student.lm_head.sub_logits(hidden)
+    loss, agree = distill_loss(sub, rows, t_logits, args.hard_weight)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+    return loss.item(), agree.item()
+
+
+def checkpoint_path(args) -> Path:
+    return args.out.with_suffix(".ckpt.pt")
+
+
+def save_checkpoint(args, step: int, student, opt, order: list[int], rng: random.Random, log: dict) -> None:
+    """Everything the loop needs to go on from `step` as if it had never stopped (atomic write)."""
+    state = {"step": step, "student": student.state_dict(), "opt": opt.state_dict(), "order": order,
+             "rng": rng.getstate(), "torch_rng": torch.get_rng_state(), "log": log}  # fmt: skip
+    path = checkpoint_path(args)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(state, path.with_suffix(".tmp"))
+    path.with_suffix(".tmp").replace(path)
+
+
 def train(args) -> dict:
     from transformers import AutoModelForCausalLM
 
@@ -166,14 +226,7 @@ def train(args) -> dict:
     random.seed(args.seed)
     torch.manual_seed(args.seed)
     t_start, cpu_start = time.time(), time.process_time()
-    records = []
-    for part in range(args.parts):
-        spec = DataSpec(n_greedy=args.n_greedy, n_sampled=args.n_sampled, max_new=args.max_new,
-                        seed=args.seed, part=part)
-        records += build_dataset(args.target, args.data, spec)
-    held = records[args.holdout - 1:: args.holdout] if args.holdout else []
-    if args.holdout:
-        records = [r for i, r in enumerate(records) if (i + 1) % args.holdout]
+    records, held = load_records(args)
     data_wall, data_cpu = time.time() - t_start, time.process_time() - cpu_start
     target = AutoModelForCausalLM.from_pretrained(str(args.target), dtype=torch.float32)
     eos = int(target.config.eos_token_id)
@@ -185,21 +238,21 @@ def train(args) -> dict:
     del target
     examples = make_examples(records, token_ids, cfg["vocab_size"])
     val = make_examples(held, token_ids, cfg["vocab_size"])
-    rng = random.Random(args.seed)
     params = [p for p in student.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.98), weight_decay=0.0)
-    warm = max(1, args.steps // 20)
-
-    def lr_at(step: int) -> float:
-        if step < warm:
-            return args.lr * (step + 1) / warm
-        return args.lr * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, args.steps - warm)))
-
+    rng, order, start = random.Random(args.seed), [], 0
+    log = {"ema_loss": None, "ema_agree": None, "val": []}
+    if args.resume and checkpoint_path(args).is_file():
+        state = torch.load(checkpoint_path(args), weights_only=False)
+        student.load_state_dict(state["student"])
+        opt.load_state_dict(state["opt"])
+        start, order, log = state["step"], state["order"], state["log"]
+        rng.setstate(state["rng"])
+        torch.set_rng_state(state["torch_rng"])
+        tqdm.write(f"resumed at step {start} from {checkpoint_path(args)}")
+    lr_at = lr_schedule(args)
     student.train()
-    order: list[int] = []
-    bar = tqdm(range(args.steps), desc="distill", unit="step")
-    ema_loss = ema_agree = None
-    val_log: list[tuple[int, float, float]] = []
+    bar = tqdm(range(start, args.steps), desc="distill", unit="step", initial=start, total=args.steps)
     for step in bar:
         if len(order) < args.batch:
             perm = list(range(len(examples)))
@@ -207,36 +260,30 @@ def train(args) -> dict:
             order.extend(perm)
         batch = [examples[i] for i in order[: args.batch]]
         del order[: args.batch]
-        ids, att, rows, t_logits = collate(batch, eos)
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
-            hidden = student.model(input_ids=ids, attention_mask=att).last_hidden_state
-            sub = student.lm_head.sub_logits(hidden)
-        loss, agree = distill_loss(sub, rows, t_logits, args.hard_weight)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        ema_loss = loss.item() if ema_loss is None else 0.95 * ema_loss + 0.05 * loss.item()
-        ema_agree = agree.item() if ema_agree is None else 0.95 * ema_agree + 0.05 * agree.item()
-        bar.set_postfix(loss=f"{ema_loss:.3f}", top1=f"{ema_agree:.3f}", lr=f"{lr_at(step):.1e}")
-        if val and ((step + 1) % args.val_every == 0 or step + 1 == args.steps):
-            vloss, vtop1 = validate(student, val, eos, args.bf16)
-            val_log.append((step + 1, round(vloss, 4), round(vtop1, 4)))
-            tqdm.write(f"step {step + 1}: held-out loss {vloss:.3f} top-1 agreement {vtop1:.3f}")
+        loss, agree = train_step(student, opt, params, batch, eos, lr_at(step), args)
+        log["ema_loss"] = loss if log["ema_loss"] is None else 0.95 * log["ema_loss"] + 0.05 * loss
+        log["ema_agree"] = agree if log["ema_agree"] is None else 0.95 * log["ema_agree"] + 0.05 * agree
+        bar.set_postfix(loss=f"{log['ema_loss']:.3f}", top1=f"{log['ema_agree']:.3f}", lr=f"{lr_at(step):.1e}")
+        if (step + 1) % args.val_every == 0 or step + 1 == args.steps:
+            if val:
+                vloss, vtop1 = validate(student, val, eos, args.bf16)
+                log["val"].append((step + 1, round(vloss, 4), round(vtop1, 4)))
+                tqdm.write(f"step {step + 1}: held-out loss {vloss:.3f} top-1 agreement {vtop1:.3f}")
+            if args.resume:
+                save_checkpoint(args, step + 1, student, opt, order, rng, log)
     wall, cpu = time.time() - t_start, time.process_time() - cpu_start
     save_weights(student, cfg, copies, args.out)
     report = {
         "layers": args.layers, "vocab": args.vocab, "freeze": args.freeze,
         "trained_params": sum(p.numel() for p in params), "steps": args.steps, "batch": args.batch, "lr": args.lr,
         "records": len(records), "answer_tokens": int(sum(len(r["answer"]) for r in records)),
-        "answer_coverage_of_head": round(answer_cov, 4), "final_train_top1_ema": round(ema_agree, 4),
-        "final_loss_ema": round(ema_loss, 4), "data_wall_s": round(data_wall), "data_cpu_s": round(data_cpu),
+        "answer_coverage_of_head": round(answer_cov, 4), "final_train_top1_ema": round(log["ema_agree"], 4),
+        "final_loss_ema": round(log["ema_loss"], 4), "data_wall_s": round(data_wall), "data_cpu_s": round(data_cpu),
         "total_wall_s": round(wall), "total_cpu_s": round(cpu), "out": str(args.out),
         "generation_cpu_s_recorded": round(sum(r.get("gen_cpu_s", 0.0) for r in records + held)),
-        "holdout_every": args.holdout, "val_log": val_log,
-    }
+        "holdout_every": args.holdout, "val_sharegpt": args.val_sharegpt, "val_log": log["val"],
+        "sharegpt_parts": args.sharegpt_parts,
+    }  # fmt: skip
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     return report
 
@@ -291,9 +338,21 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--holdout", type=int, default=0,
                     help="experiments: keep every N-th record out of training and report loss/agreement on it")
     ap.add_argument("--val-every", type=int, default=100)
+    ap.add_argument("--sharegpt-parts", type=int, default=0,
+                    help="ShareGPT data parts added to the template parts (sglang_ssd/sharegpt.py's train split)")
+    ap.add_argument("--sharegpt-n-greedy", type=int, default=512)
+    ap.add_argument("--sharegpt-n-sampled", type=int, default=512)
+    ap.add_argument("--val-sharegpt", type=int, default=0,
+                    help="validate on the target's greedy answers to this many held-out ShareGPT prompts")
+    ap.add_argument("--resume", action="store_true",
+                    help="checkpoint at every validation next to --out, and go on from one if it is there")
     args = ap.parse_args(argv)
-    if args.steps <= 0 or args.batch <= 0 or args.lr <= 0 or args.parts <= 0 or args.holdout < 0:
-        raise ValueError("--steps, --batch, --lr and --parts must be positive, --holdout non-negative")
+    if args.steps <= 0 or args.batch <= 0 or args.lr <= 0 or args.parts < 0 or args.holdout < 0:
+        raise ValueError("--steps, --batch and --lr must be positive, --parts and --holdout non-negative")
+    if args.parts + args.sharegpt_parts == 0:
+        raise ValueError("no training data: --parts and --sharegpt-parts are both 0")
+    if not 0 <= args.val_sharegpt <= 256 or args.sharegpt_parts < 0:
+        raise ValueError("--val-sharegpt must be in [0, 256] (the held-out slice), --sharegpt-parts >= 0")
     return args
 
 

@@ -1,0 +1,88 @@
+"""Draft training: an interrupted run resumed from its checkpoint ends with exactly the weights of a run
+that never stopped, and the bonus-coverage measure of draft_eval counts what it says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from sglang_ssd.tools import draft_train
+from sglang_ssd.tools.draft_eval import greedy_stats
+from tests.model_paths import require_model
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGET = ROOT / "models" / "target"
+
+
+def _records(n: int, vocab: int = 49152, k: int = 4) -> list[dict]:
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for _ in range(n):
+        answer = torch.randint(0, 300, (12,), generator=g)
+        out.append({"prompt": torch.randint(0, 300, (6,), generator=g), "answer": answer,
+                    "top_ids": torch.randint(0, 300, (12, k), generator=g).to(torch.int32),
+                    "top_logits": torch.randn(12, k, generator=g).to(torch.float16)})  # fmt: skip
+    return out
+
+
+class Stop(Exception):
+    pass
+
+
+def _args(out: Path, resume: bool):
+    return draft_train.parse_args(["--target", str(require_model(TARGET)), "--out", str(out), "--layers", "0",
+                                   "--vocab", "512", "--steps", "6", "--batch", "2", "--val-every", "2",
+                                   *(["--resume"] if resume else [])])  # fmt: skip
+
+
+def test_resumed_training_equals_an_uninterrupted_run(tmp_path, monkeypatch):
+    records = _records(6)
+    monkeypatch.setattr(draft_train, "load_records", lambda args: (records, records[:2]))
+    straight = tmp_path / "straight.safetensors"
+    draft_train.train(_args(straight, resume=False))
+
+    resumed = tmp_path / "resumed.safetensors"
+    real_step, calls = draft_train.train_step, []
+
+    def dies_at_step_5(*a, **kw):
+        calls.append(1)
+        if len(calls) == 5:
+            raise Stop
+        return real_step(*a, **kw)
+
+    monkeypatch.setattr(draft_train, "train_step", dies_at_step_5)
+    with pytest.raises(Stop):
+        draft_train.train(_args(resumed, resume=True))
+    assert torch.load(draft_train.checkpoint_path(_args(resumed, True)), weights_only=False)["step"] == 4
+    monkeypatch.setattr(draft_train, "train_step", real_step)
+    report = draft_train.train(_args(resumed, resume=True))
+    a, b = load_file(str(straight)), load_file(str(resumed))
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert [v[0] for v in report["val_log"]] == [2, 4, 6]
+
+
+class _FixedDraft:
+    """A 'draft' whose logits are given: ranks the vocabulary 0 < 1 < 2 < ... by score."""
+
+    def __init__(self, scores: torch.Tensor):
+        self.scores = scores
+
+    def __call__(self, input_ids):
+        n = input_ids.shape[1]
+        return type("Out", (), {"logits": self.scores[None, :n]})()
+
+
+def test_bonus_coverage_counts_the_rank_of_the_target_token_after_a_miss():
+    # 5 answer positions; the draft's order is 9, 8, 7, ... at every position.
+    scores = torch.arange(10, dtype=torch.float32).repeat(8, 1)
+    ref = {"prompt": torch.tensor([1, 2]), "answer": torch.tensor([9, 8, 7, 6, 0])}
+    stats = greedy_stats(_FixedDraft(scores), [ref], ks=(2,), fanouts=(1, 2, 3))
+    assert stats["alpha_per_token"] == pytest.approx(1 / 5)
+    # Misses at ranks 1, 2, 3 and 9: F = 1 covers one of four, F = 2 two, F = 3 three.
+    assert stats["bonus_coverage_F1"] == pytest.approx(1 / 4)
+    assert stats["bonus_coverage_F2"] == pytest.approx(2 / 4)
+    assert stats["bonus_coverage_F3"] == pytest.approx(3 / 4)
