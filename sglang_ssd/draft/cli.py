@@ -41,6 +41,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-requests", type=int, default=1024)
     p.add_argument("--idle-timeout", type=float, default=600.0, help="seconds before an idle request is freed")
     p.add_argument("--max-step-tokens", type=int, default=4096, help="cap on tokens per tree forward")
+    p.add_argument("--max-open-tokens", type=int, default=32768,
+                   help="prompt tokens one open message may make the server prefill (the rest are refused, per request)")
     p.add_argument("--max-message-mb", type=float, default=512.0, help="largest accepted message")
     p.add_argument("--curve-secret-file", default=None, help="file with the server's Z85 CURVE secret key")
     p.add_argument("--l0", default=None, help="recursive chain: n-gram L0 file (models/ngram.json) drafting for --model")
@@ -70,6 +72,7 @@ def build_server(args: argparse.Namespace) -> DraftServer:
         max_requests=args.max_requests,
         idle_timeout_s=args.idle_timeout,
         max_step_tokens=args.max_step_tokens,
+        max_open_tokens=args.max_open_tokens,
     )
     max_bytes = int(args.max_message_mb * (1 << 20))
     limits = Limits(max_header_bytes=min(16 << 20, max_bytes), max_tensor_bytes=max_bytes, max_message_bytes=max_bytes)

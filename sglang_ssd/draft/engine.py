@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..wire.messages import DraftParams, OutcomeMsg
+from ..wire.messages import DraftParams, Open, OutcomeMsg
 from ..wire.settings import DraftSettings
 from ..wire.speculation import Speculation
 from .backup import Draft, ensure_capacity, fast_draft
@@ -31,7 +31,7 @@ from .drafter import make_drafter
 from .kv_pool import PoolExhausted
 from .l0 import L0Level
 from .level_temps import TemperatureCalibrator
-from .lifetime import RequestTable
+from .lifetime import RequestError, RequestTable, refused
 from .model import DraftModel, Span
 from .planning import BackupChooser, FanoutPlanner
 from .request import RequestState, Stage
@@ -53,6 +53,7 @@ class EngineConfig(DraftSettings):
     max_requests: int = 1024
     idle_timeout_s: float = 600.0
     prefill_chunk: int = 512
+    max_open_tokens: int = 32768  # prompt tokens one open message may make this server prefill
     max_step_tokens: int = 4096
     cache_mem_mb: float = 256.0
 
@@ -95,26 +96,72 @@ class DraftEngine:
     ) -> Speculation:
         """Prefill ``prompt`` and return the first speculation (a forced miss: backup-drafted)."""
         req = self.table.admit(rid, prompt, first_token, params, owner)
+        return self._start([(req, prompt)])[0]
+
+    def open_many(self, opens: list[Open], owner: str = "") -> list[Speculation]:
+        """Several requests from one message, prefilled together. One that cannot be admitted, or whose
+        prompt would take this message past ``max_open_tokens`` prompt tokens, gets its own error reply
+        (the client opens it again in a later message): no message makes the server prefill more."""
+        results: list[Speculation | None] = [None] * len(opens)
+        admitted: list[tuple[int, RequestState, list[int]]] = []
+        budget = self.cfg.max_open_tokens
+        for i, o in enumerate(opens):
+            try:
+                if len(o.prompt_tokens) > budget:
+                    raise RequestError(f"this message already carries {self.cfg.max_open_tokens - budget} prompt "
+                                       f"tokens; {len(o.prompt_tokens)} more exceed max_open_tokens = "
+                                       f"{self.cfg.max_open_tokens}: open it in another message")  # fmt: skip
+                req = self.table.admit(o.rid, o.prompt_tokens, o.first_token, o.params, owner)
+            except RequestError as e:
+                self.stats.count("request_errors")
+                results[i] = refused(o.rid, str(e))
+                continue
+            budget -= len(o.prompt_tokens)
+            admitted.append((i, req, o.prompt_tokens))
+        specs = self._start([(req, prompt) for _, req, prompt in admitted]) if admitted else []
+        for (i, _, _), spec in zip(admitted, specs):
+            results[i] = spec
+        return results
+
+    def _start(self, started: list[tuple[RequestState, list[int]]]) -> list[Speculation]:
+        """Prefill admitted requests and answer each with its first draft, from the backup (a forced
+        miss: nothing was speculated for it yet). On any failure none of them stays half-opened."""
+        reqs = [req for req, _ in started]
         try:
             with Timer(self.stats, "prefill"):
-                self._prefill(req, prompt)
-            req.lookup.update(req.tokens)
-            kind = self.backup.choose(1)
-            tokens, q = self._backups([req], kind)[0]
+                self._prefill(started)
+            for req in reqs:
+                req.lookup.update(req.tokens)
+            kind = self.backup.choose(len(reqs))
+            drafts = self._backups(reqs, kind)
         except Exception:
-            self.close([rid])  # never keep a half-opened request
+            self.close([req.rid for req in reqs])
             raise
-        self.stats.count("forced_miss")
-        return self.table.reply(req, tokens, q, origin=kind)
+        self.stats.count("forced_miss", len(reqs))
+        return [self.table.reply(req, tokens, q, origin=kind) for req, (tokens, q) in zip(reqs, drafts)]
 
-    def _prefill(self, req: RequestState, prompt: list[int]) -> None:
+    def _prefill(self, started: list[tuple[RequestState, list[int]]]) -> None:
+        """Prompts in forwards of at most ``prefill_chunk`` tokens: wave w holds chunk w of every prompt
+        that has one (a request's chunks go in order, never two in one forward)."""
         chunk = self.cfg.prefill_chunk
-        for a in range(0, len(prompt), chunk):
-            pos = torch.arange(a, min(a + chunk, len(prompt)))
-            span = Span(req.extent[0], torch.tensor(prompt[a : a + chunk]), pos, pos, int(pos[-1]) + 1,
-                        out_rows=torch.empty(0, dtype=torch.int64))  # fmt: skip
-            self.model.forward([span])
-        req.kv_len = len(prompt)
+        waves = max(-(-len(prompt) // chunk) for _, prompt in started)
+        for w in range(waves):
+            spans, size = [], 0
+            for req, prompt in started:
+                a = w * chunk
+                if a >= len(prompt):
+                    continue
+                pos = torch.arange(a, min(a + chunk, len(prompt)))
+                if spans and size + len(pos) > chunk:
+                    self.model.forward(spans)
+                    spans, size = [], 0
+                spans.append(Span(req.extent[0], torch.tensor(prompt[a : a + chunk]), pos, pos, int(pos[-1]) + 1,
+                                  out_rows=torch.empty(0, dtype=torch.int64)))  # fmt: skip
+                size += len(pos)
+            if spans:
+                self.model.forward(spans)
+        for req, prompt in started:
+            req.kv_len = len(prompt)
 
     def close(self, rids: list[str]) -> int:
         return self.table.close(rids)

@@ -62,6 +62,12 @@ class RequestTable:
         """A new request (replacing one with the same id) with its extent and slot; not yet prefilled."""
         self.check_tokens(prompt, "prompt_tokens")
         self.check_tokens([first_token], "first_token")
+        # A round drafts up to K tokens past the committed context: all of it must fit the draft's
+        # positions (and this bounds the prefill one request can ask for).
+        limit = self.model.cfg.max_position - self.cfg.draft_k - 1
+        if len(prompt) + 1 > limit:
+            raise RequestError(f"prompt of {len(prompt)} tokens does not fit the draft's context: at most {limit - 1} "
+                               f"(max_position {self.model.cfg.max_position} minus K + 1 drafted)")  # fmt: skip
         if rid in self.by_id:
             self.close([rid])
         if len(self.by_id) >= self.cfg.max_requests:

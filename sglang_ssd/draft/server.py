@@ -30,6 +30,7 @@ from ..wire.messages import (
     Draft,
     Heartbeat,
     Open,
+    OpenMany,
     Round,
     Speculations,
     StatsQuery,
@@ -90,6 +91,8 @@ class DraftServer:
                 eng.stats.count("request_errors")
                 spec = Speculation(body.rid, False, torch.empty(0, dtype=torch.int64), None, str(e))
             return self._speculations(seq, [spec])
+        if isinstance(body, OpenMany):
+            return self._speculations(seq, eng.open_many(body.opens, client))
         if isinstance(body, Draft):
             return self._speculations(seq, eng.draft(body.rids))
         if isinstance(body, Close):

@@ -110,6 +110,29 @@ class DraftLink:
         self._record([spec])
         return spec
 
+    def open_many(self, opens: list[tuple[str, list[int], int, DraftParams]]) -> list[Speculation | None]:
+        """``open`` for several requests (rid, context, last token, params): one message per draft server.
+        None for a request whose server is unavailable; a refused one comes back with ``error`` set and
+        stays unopened, so the worker opens it again at its next step."""
+        out: list[Speculation | None] = [None] * len(opens)
+        groups: dict[int, list[int]] = {}
+        for j, o in enumerate(opens):
+            groups.setdefault(self.shard(o[0]), []).append(j)
+        for i, members in groups.items():
+            if not self._usable(i):
+                continue
+            try:
+                specs = self.clients[i].open_many([opens[j] for j in members])
+            except DraftUnavailable as e:
+                self._fault(i, e)
+                continue
+            self._record(specs)
+            for j, spec in zip(members, specs):
+                out[j] = spec
+                if spec.error is None:
+                    self.opened.add(spec.rid)
+        return out
+
     def post(self, outcomes: list[Outcome]) -> None:
         """Send the outcomes now and return at once; :meth:`collect` gets the replies later.
 

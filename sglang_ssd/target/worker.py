@@ -152,15 +152,18 @@ class SSDWorker(BaseSpecWorker):
 
     def _speculations(self, batch) -> list[Speculation | None]:
         """The pending speculation of every request; opens requests the draft server does not know."""
-        specs = []
-        for req in batch.reqs:
-            spec = self.pending.pop(req.rid, None) if self.link.is_open(req.rid) else None
-            if spec is None:
+        specs = [self.pending.pop(req.rid, None) if self.link.is_open(req.rid) else None for req in batch.reqs]
+        new = [i for i, spec in enumerate(specs) if spec is None]
+        if new:  # every request the draft server does not know yet, in one message per server
+            opens = []
+            for i in new:
+                req = batch.reqs[i]
                 committed = list(req.origin_input_ids) + list(req.output_ids)
-                t = time.perf_counter()
-                spec = self.link.open(req.rid, committed[:-1], committed[-1], draft_params(req))
-                self._open_s += time.perf_counter() - t
-            specs.append(spec)
+                opens.append((req.rid, committed[:-1], committed[-1], draft_params(req)))
+            t = time.perf_counter()
+            for i, spec in zip(new, self.link.open_many(opens)):
+                specs[i] = spec
+            self._open_s += time.perf_counter() - t
         return specs
 
     def _park(self, batch) -> list[None]:

@@ -23,6 +23,7 @@ from .messages import (
     ErrorReply,
     Heartbeat,
     Open,
+    OpenMany,
     OutcomeMsg,
     Round,
     Speculations,
@@ -147,6 +148,13 @@ class DraftClient:
         comes back with ``error`` set and no tokens; the server itself stays usable."""
         body = Open(rid=rid, prompt_tokens=list(prompt_tokens), first_token=int(first_token), params=params)
         return self._speculations(body, [rid])[0]
+
+    def open_many(self, opens: Sequence[tuple[str, list[int], int, DraftParams]]) -> list[Speculation]:
+        """``open`` for several requests (rid, prompt tokens, first token, params) in one message, prefilled
+        together on the server; the replies come in the same order, each with its own ``error``."""
+        body = OpenMany(opens=[Open(rid=rid, prompt_tokens=list(prompt), first_token=int(first), params=params)
+                               for rid, prompt, first, params in opens])  # fmt: skip
+        return self._speculations(body, [o[0] for o in opens])
 
     def round(self, outcomes: list[Outcome]) -> list[Speculation]:
         """Send round T's outcomes; returns round T+1's speculations in the order of ``outcomes``."""

@@ -71,6 +71,13 @@ class Open(_Strict, tag="open"):
     params: DraftParams = msgspec.field(default_factory=DraftParams)
 
 
+class OpenMany(_Strict, tag="open_many"):
+    """Start several requests in one message (the new requests of one scheduler step). The server
+    prefills them together and answers in this order; a request it cannot take gets its own error."""
+
+    opens: Annotated[list[Open], Meta(min_length=1, max_length=MAX_BATCH)]
+
+
 class OutcomeMsg(_Strict):
     """Round T's verification outcome v = (k accepted, bonus t*) for one request.
 
@@ -111,7 +118,7 @@ class StatsQuery(_Strict, tag="stats"):
     reset: bool = False
 
 
-Request = Open | Round | Draft | Close | CloseAll | Heartbeat | StatsQuery
+Request = Open | OpenMany | Round | Draft | Close | CloseAll | Heartbeat | StatsQuery
 
 
 class Envelope(_Strict):

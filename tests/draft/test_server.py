@@ -230,3 +230,42 @@ def test_step_token_cap_bounds_each_forward(tiny_llama):
         eng.work_step()
     assert max(sizes) <= 24
     assert all(r.stage is Stage.READY for r in eng.requests.values())
+
+
+def test_open_many_prefills_together_and_equals_one_by_one(tiny_llama):
+    """One message opens several requests (prompts longer than a prefill chunk, so several waves):
+    greedy drafts and the KV each request holds match opening them one at a time."""
+    prompts = {"a": list(range(1, 40)), "b": [7, 3] * 9, "c": [5]}
+    params = DraftParams(temperature=0.0)
+    server, client = make(tiny_llama, prefill_chunk=16)
+    specs = client.open_many([(rid, p, 9, params) for rid, p in prompts.items()])
+    assert [s.rid for s in specs] == list(prompts) and all(s.error is None for s in specs)
+    alone_server, alone = make(tiny_llama, prefill_chunk=16)
+    for rid, p in prompts.items():
+        one = alone.open(rid, p, 9, params)
+        assert torch.equal(one.tokens, specs[list(prompts).index(rid)].tokens), rid
+        ours, theirs = server.engine.requests[rid], alone_server.engine.requests[rid]
+        assert ours.kv_len == theirs.kv_len and ours.tokens == theirs.tokens
+    assert client.stats()["forced_miss"] == 3
+    # The opened requests go on like any other: a round answers all three.
+    outs = client.round([Outcome(s.rid, 0, 1) for s in specs])
+    assert [o.rid for o in outs] == list(prompts) and all(o.error is None for o in outs)
+
+
+def test_open_many_bounds_the_prefill_one_message_causes(tiny_llama):
+    server, client = make(tiny_llama, max_open_tokens=50)
+    specs = client.open_many([("a", [1] * 30, 2, DraftParams()), ("b", [2] * 30, 3, DraftParams()),
+                              ("c", [3] * 10, 4, DraftParams())])  # fmt: skip
+    assert specs[0].error is None and specs[2].error is None
+    assert "max_open_tokens" in specs[1].error and len(specs[1].tokens) == 0
+    assert sorted(server.engine.requests) == ["a", "c"]
+    assert client.open_many([("b", [2] * 30, 3, DraftParams())])[0].error is None  # the next message takes it
+
+
+def test_a_prompt_past_the_drafts_context_is_refused_alone(tiny_llama):
+    server, client = make(tiny_llama)
+    limit = server.engine.model.cfg.max_position
+    specs = client.open_many([("long", [1] * limit, 2, DraftParams()), ("ok", [1, 2, 3], 4, DraftParams())])
+    assert "does not fit the draft's context" in specs[0].error
+    assert specs[1].error is None and list(server.engine.requests) == ["ok"]
+    assert "does not fit" in client.open("long2", [1] * limit, 2, DraftParams()).error

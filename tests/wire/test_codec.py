@@ -17,6 +17,7 @@ from sglang_ssd.wire.messages import (
     ErrorReply,
     Heartbeat,
     Open,
+    OpenMany,
     OutcomeMsg,
     Round,
     Speculations,
@@ -27,6 +28,8 @@ from sglang_ssd.wire.tensors import FrameReader, FrameWriter, WireError
 
 BODIES = [
     Open(rid="a", prompt_tokens=[1, 2, 3], first_token=4, params=DraftParams(temperature=0.7, top_k=20, seed=5)),
+    OpenMany(opens=[Open(rid="a", prompt_tokens=[1, 2], first_token=4),
+                    Open(rid="b", prompt_tokens=[5], first_token=6, params=DraftParams(seed=2))]),  # fmt: skip
     Round(outcomes=[OutcomeMsg(rid="a", accepted=2, bonus=9, spec_id=3), OutcomeMsg(rid="b", accepted=0, bonus=1)]),
     Draft(rids=["a", "b"]),
     Close(rids=["a"], abort=True),
@@ -58,6 +61,9 @@ def _raw(body: dict, v: int = PROTOCOL_VERSION) -> list[bytes]:
         ({"type": "round", "outcomes": [{"rid": "a", "accepted": -1, "bonus": 0}]}, ">= 0"),
         ({"type": "round", "outcomes": [{"rid": "a", "accepted": 1}]}, "missing required field"),
         ({"type": "launch_missiles"}, "Invalid value"),
+        ({"type": "open_many", "opens": []}, "length >= 1"),
+        ({"type": "open_many", "opens": [{"type": "open", "rid": "a", "prompt_tokens": [1], "first_token": 2,
+                                          "x": 0}]}, "unknown field"),
         ({"type": "open", "rid": "a", "prompt_tokens": [1], "first_token": 2,
           "params": {"temperature": -1.0}}, ">= 0"),
         ({"type": "open", "rid": "a", "prompt_tokens": [1], "first_token": 2, "params": {"top_p": 0}}, "> 0"),
