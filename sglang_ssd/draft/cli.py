@@ -41,7 +41,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-requests", type=int, default=1024)
     p.add_argument("--idle-timeout", type=float, default=600.0, help="seconds before an idle request is freed")
     p.add_argument("--max-step-tokens", type=int, default=4096, help="cap on tokens per tree forward")
-    p.add_argument("--max-open-tokens", type=int, default=32768,
+    p.add_argument("--max-open-tokens", type=int, default=4096,
                    help="prompt tokens one open message may make the server prefill (the rest are refused, per request)")
     p.add_argument("--max-message-mb", type=float, default=512.0, help="largest accepted message")
     p.add_argument("--curve-secret-file", default=None, help="file with the server's Z85 CURVE secret key")

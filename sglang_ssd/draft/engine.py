@@ -53,7 +53,7 @@ class EngineConfig(DraftSettings):
     max_requests: int = 1024
     idle_timeout_s: float = 600.0
     prefill_chunk: int = 512
-    max_open_tokens: int = 32768  # prompt tokens one open message may make this server prefill
+    max_open_tokens: int = 4096  # prompt tokens one open message may make this server prefill
     max_step_tokens: int = 4096
     cache_mem_mb: float = 256.0
 
@@ -101,13 +101,14 @@ class DraftEngine:
     def open_many(self, opens: list[Open], owner: str = "") -> list[Speculation]:
         """Several requests from one message, prefilled together. One that cannot be admitted, or whose
         prompt would take this message past ``max_open_tokens`` prompt tokens, gets its own error reply
-        (the client opens it again in a later message): no message makes the server prefill more."""
+        (the client opens it again in a later message): no message makes the server prefill more,
+        except a single request, whose own bound is the draft's context."""
         results: list[Speculation | None] = [None] * len(opens)
         admitted: list[tuple[int, RequestState, list[int]]] = []
         budget = self.cfg.max_open_tokens
         for i, o in enumerate(opens):
             try:
-                if len(o.prompt_tokens) > budget:
+                if admitted and len(o.prompt_tokens) > budget:
                     raise RequestError(f"this message already carries {self.cfg.max_open_tokens - budget} prompt "
                                        f"tokens; {len(o.prompt_tokens)} more exceed max_open_tokens = "
                                        f"{self.cfg.max_open_tokens}: open it in another message")  # fmt: skip

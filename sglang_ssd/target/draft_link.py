@@ -39,6 +39,12 @@ class LinkCounters:
     extra: dict = field(default_factory=dict)
 
 
+# Prompt tokens per open message (a longer prompt goes alone): one prefill chunk of the draft server,
+# so no single reply waits on more than about one draft forward over that many tokens, whatever the
+# draft's size, and --ssd-draft-timeout keeps its meaning under a burst of new requests.
+OPEN_TOKENS_PER_MESSAGE = 512
+
+
 class DraftLink:
     def __init__(self, config: SSDConfig):
         if not config.draft_endpoints:
@@ -115,10 +121,13 @@ class DraftLink:
         None for a request whose server is unavailable; a refused one comes back with ``error`` set and
         stays unopened, so the worker opens it again at its next step."""
         out: list[Speculation | None] = [None] * len(opens)
-        groups: dict[int, list[int]] = {}
+        groups: dict[int, list[list[int]]] = {}
         for j, o in enumerate(opens):
-            groups.setdefault(self.shard(o[0]), []).append(j)
-        for i, members in groups.items():
+            messages = groups.setdefault(self.shard(o[0]), [[]])
+            if messages[-1] and sum(len(opens[m][1]) for m in messages[-1]) + len(o[1]) > OPEN_TOKENS_PER_MESSAGE:
+                messages.append([])
+            messages[-1].append(j)
+        for i, members in ((i, m) for i, messages in groups.items() for m in messages):
             if not self._usable(i):
                 continue
             try:

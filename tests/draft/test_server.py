@@ -260,6 +260,7 @@ def test_open_many_bounds_the_prefill_one_message_causes(tiny_llama):
     assert "max_open_tokens" in specs[1].error and len(specs[1].tokens) == 0
     assert sorted(server.engine.requests) == ["a", "c"]
     assert client.open_many([("b", [2] * 30, 3, DraftParams())])[0].error is None  # the next message takes it
+    assert client.open_many([("d", [4] * 80, 5, DraftParams())])[0].error is None  # alone, bounded by the context
 
 
 def test_a_prompt_past_the_drafts_context_is_refused_alone(tiny_llama):
