@@ -56,6 +56,7 @@ class DataSpec:
     batch: int = 32
     seed: int = 0
     part: int = 0
+    route: str = "hf"  # "hf": the batched transformers loop; "server": an AR SGLang server (3x faster here)
     max_prompt: int = 512  # prompt tokens kept (the end of a longer prompt: the question sits there)
 
 
@@ -116,6 +117,33 @@ def generate_batch(model, prompts: list[list[int]], max_new: int, temperature: f
     return records
 
 
+def server_batch(server, prompts: list[list[int]], max_new: int, temperature: float, top_k: int, seed: int) -> list[dict]:
+    """The records of ``generate_batch`` from an AR SGLang server, one batched request. ``top_logits``
+    then holds the top-k log-probabilities: the logits shifted by one constant per position, so the
+    distillation's softmax over the top k is the same."""
+    params = {"temperature": temperature, "max_new_tokens": max_new}
+    if temperature > 0:
+        params["sampling_seed"] = seed
+    outs = server.generate(prompts, params, return_logprob=True, top_logprobs_num=top_k)
+    records = []
+    for p, out in zip(prompts, outs):
+        answer = out["output_ids"]
+        tops = out["meta_info"]["output_top_logprobs"][: len(answer)]
+        records.append({"prompt": torch.tensor(p, dtype=torch.long), "answer": torch.tensor(answer, dtype=torch.long),
+                        "top_ids": torch.tensor([[t[1] for t in row] for row in tops], dtype=torch.int32),
+                        "top_logits": torch.tensor([[t[0] for t in row] for row in tops], dtype=torch.float16),
+                        "top_kind": "logprob"})  # fmt: skip
+    return records
+
+
+def _start_server(target_dir: Path, batch: int, max_tokens: int):
+    from sglang_ssd.tools.server_process import CPU_SERVER_ARGS, SGLangServer
+
+    argv = ["--model-path", str(target_dir), *CPU_SERVER_ARGS, "--max-running-requests", str(batch)]
+    argv[argv.index("--max-total-tokens") + 1] = str(batch * max_tokens)  # the whole batch at once
+    return SGLangServer(argv, log_path=Path("/tmp") / "sglang_ssd_draft_data_server.log").start()
+
+
 def build_dataset(target_dir: Path, cache_dir: Path, spec: DataSpec) -> list[dict]:
     """Generate (or load from `cache_dir`) the distillation records for `spec`; deterministic in spec."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -132,35 +160,48 @@ def build_dataset(target_dir: Path, cache_dir: Path, spec: DataSpec) -> list[dic
     ids = [chat_ids(tokenizer, p)[-spec.max_prompt:] for p, _ in jobs]
     order = sorted(range(len(jobs)), key=lambda j: (jobs[j][1], len(ids[j]), j))
     batches = [order[i: i + spec.batch] for i in range(0, len(order), spec.batch)]
+    if spec.route not in ("hf", "server"):
+        raise ValueError(f"route must be 'hf' or 'server', got {spec.route!r}")
     prefix = {"templates": "", "sharegpt": "sharegpt_", "sharegpt-held-out": "sharegpt_held_out_"}[spec.source]
+    prefix = ("srv_" if spec.route == "server" else "") + prefix
     tag = prefix + f"g{spec.n_greedy}_s{spec.n_sampled}_t{spec.temperature}_n{spec.max_new}_k{spec.top_k}_b{spec.batch}_seed{spec.seed}" + (
         f"_p{spec.part}" if spec.part else "")
-    model = None
+    model = server = None
     records: list[dict] = []
     t0 = time.time()
     bar = tqdm(batches, desc="target answers", unit="batch")
-    for bi, members in enumerate(bar):
-        path = cache_dir / f"{tag}_batch_{bi:04d}.pt"
-        if path.is_file():
-            recs = torch.load(path)
-        else:
-            if model is None:
-                model = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
-            cpu0 = time.process_time()
-            temp = jobs[members[0]][1]
-            gen = torch.Generator().manual_seed(spec.seed * 100_003 + spec.part * 1_000 + bi)
-            recs = generate_batch(model, [ids[j] for j in members], spec.max_new, temp, spec.top_k,
-                                  tokenizer.eos_token_id, tokenizer.pad_token_id, gen)
-            for r, j in zip(recs, members):
-                r["temperature"] = temp
-                r["prompt_text"] = jobs[j][0]
-                r["gen_cpu_s"] = (time.process_time() - cpu0) / len(recs)  # this batch's CPU, shared out
-            tmp = path.with_suffix(".tmp")
-            torch.save(recs, tmp)
-            tmp.rename(path)
-        records.extend(recs)
-        n_tok = sum(len(r["answer"]) for r in records)
-        bar.set_postfix(tokens=n_tok, tok_s=f"{n_tok / max(time.time() - t0, 1e-9):.0f}")
+    try:
+        for bi, members in enumerate(bar):
+            path = cache_dir / f"{tag}_batch_{bi:04d}.pt"
+            if path.is_file():
+                recs = torch.load(path)
+            else:
+                cpu0, wall0 = time.process_time(), time.time()
+                temp = jobs[members[0]][1]
+                batch_seed = spec.seed * 100_003 + spec.part * 1_000 + bi
+                if spec.route == "server":
+                    server = server or _start_server(target_dir, spec.batch, spec.max_prompt + spec.max_new)
+                    recs = server_batch(server, [ids[j] for j in members], spec.max_new, temp, spec.top_k, batch_seed)
+                else:
+                    if model is None:
+                        model = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
+                    gen = torch.Generator().manual_seed(batch_seed)
+                    recs = generate_batch(model, [ids[j] for j in members], spec.max_new, temp, spec.top_k,
+                                          tokenizer.eos_token_id, tokenizer.pad_token_id, gen)  # fmt: skip
+                for r, j in zip(recs, members):
+                    r["temperature"] = temp
+                    r["prompt_text"] = jobs[j][0]
+                    r["gen_cpu_s"] = (time.process_time() - cpu0) / len(recs)  # this batch's CPU, shared out
+                    r["gen_wall_s"] = (time.time() - wall0) / len(recs)
+                tmp = path.with_suffix(".tmp")
+                torch.save(recs, tmp)
+                tmp.rename(path)
+            records.extend(recs)
+            n_tok = sum(len(r["answer"]) for r in records)
+            bar.set_postfix(tokens=n_tok, tok_s=f"{n_tok / max(time.time() - t0, 1e-9):.0f}")
+    finally:
+        if server is not None:
+            server.stop()
     return records
 
 
@@ -178,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new", type=int, default=DataSpec.max_new)
     ap.add_argument("--batch", type=int, default=DataSpec.batch)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--route", choices=("hf", "server"), default="server",
+                    help="server: an AR SGLang server answers each batch (bench/datagen_routes.py: 3x the hf loop)")
     args = ap.parse_args(argv)
     parts: list[int] = []
     for item in args.parts.split(","):
@@ -187,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     total = 0
     for part in parts:
         spec = DataSpec(n_greedy=args.n_greedy, n_sampled=args.n_sampled, max_new=args.max_new, batch=args.batch,
-                        seed=args.seed, part=part, source=args.source)  # fmt: skip
+                        seed=args.seed, part=part, source=args.source, route=args.route)  # fmt: skip
         records = build_dataset(args.target, args.data, spec)
         n_tok = sum(len(r["answer"]) for r in records)
         total += n_tok
