@@ -141,7 +141,7 @@ def _start_server(target_dir: Path, batch: int, max_tokens: int):
 
     argv = ["--model-path", str(target_dir), *CPU_SERVER_ARGS, "--max-running-requests", str(batch)]
     argv[argv.index("--max-total-tokens") + 1] = str(batch * max_tokens)  # the whole batch at once
-    return SGLangServer(argv, log_path=Path("/tmp") / "sglang_ssd_draft_data_server.log").start()
+    return SGLangServer(argv).start()  # its log: /tmp/sglang_ssd_server_<port>.log
 
 
 def build_dataset(target_dir: Path, cache_dir: Path, spec: DataSpec) -> list[dict]:
