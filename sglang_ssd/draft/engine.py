@@ -142,25 +142,7 @@ class DraftEngine:
         return [self.table.reply(req, tokens, q, origin=kind) for req, (tokens, q) in zip(reqs, drafts)]
 
     def _prefill(self, started: list[tuple[RequestState, list[int]]]) -> None:
-        """Prompts in forwards of at most ``prefill_chunk`` tokens: wave w holds chunk w of every prompt
-        that has one (a request's chunks go in order, never two in one forward)."""
-        chunk = self.cfg.prefill_chunk
-        waves = max(-(-len(prompt) // chunk) for _, prompt in started)
-        for w in range(waves):
-            spans, size = [], 0
-            for req, prompt in started:
-                a = w * chunk
-                if a >= len(prompt):
-                    continue
-                pos = torch.arange(a, min(a + chunk, len(prompt)))
-                if spans and size + len(pos) > chunk:
-                    self.model.forward(spans)
-                    spans, size = [], 0
-                spans.append(Span(req.extent[0], torch.tensor(prompt[a : a + chunk]), pos, pos, int(pos[-1]) + 1,
-                                  out_rows=torch.empty(0, dtype=torch.int64)))  # fmt: skip
-                size += len(pos)
-            if spans:
-                self.model.forward(spans)
+        self.model.prefill([(req.extent[0], prompt) for req, prompt in started], self.cfg.prefill_chunk)
         for req, prompt in started:
             req.kv_len = len(prompt)
 

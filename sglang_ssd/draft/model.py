@@ -128,6 +128,26 @@ class DraftModel:
         return out
 
     # ---- forward ------------------------------------------------------------------------------------
+    def prefill(self, prompts: list[tuple[int, list[int]]], chunk: int) -> None:
+        """Write the KV of (extent start, prompt) pairs from position 0, in forwards of at most ``chunk``
+        tokens: wave w holds chunk w of every prompt that has one, so a prompt's chunks go in order and
+        never two in one forward (each attends over what the earlier ones wrote)."""
+        waves = max(-(-len(prompt) // chunk) for _, prompt in prompts)
+        none = torch.empty(0, dtype=torch.int64)
+        for a in range(0, waves * chunk, chunk):
+            spans, size = [], 0
+            for start, prompt in prompts:
+                if a >= len(prompt):
+                    continue
+                pos = torch.arange(a, min(a + chunk, len(prompt)))
+                if spans and size + len(pos) > chunk:
+                    self.forward(spans)
+                    spans, size = [], 0
+                spans.append(Span(start, torch.tensor(prompt[a : a + chunk]), pos, pos, int(pos[-1]) + 1, out_rows=none))
+                size += len(pos)
+            if spans:
+                self.forward(spans)
+
     @torch.inference_mode()
     def forward(self, spans: list[Span]) -> list[torch.Tensor]:
         """Run all spans as one batch; returns float32 head logits ``[n_out, V_head]`` per span."""
