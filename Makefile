@@ -9,7 +9,7 @@ ROUTE  ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
 STAMP  := $(VENV)/.installed-$(ROUTE)
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: install models demo test test-extended test-fast mutants bench gpu-check lint clean
+.PHONY: install models demo test test-fast mutants bench gpu-check lint clean
 
 install: $(STAMP)
 
@@ -48,11 +48,7 @@ demo: models
 
 # Under `make test` a missing model folder is a failure, not a skip (tests/model_paths.py).
 test: models
-	SSD_REQUIRE_MODELS=1 $(PY) -m pytest -q --durations=40 -m "not extended"
-
-# Timing-sensitive statistical e2e tests (three-level chain with the target as L1, auto-K sampling).
-test-extended: models
-	SSD_REQUIRE_MODELS=1 $(PY) -m pytest -q --durations=0 -m extended
+	SSD_REQUIRE_MODELS=1 $(PY) -m pytest -q --durations=40
 
 test-fast: install
 	$(PY) -m pytest -q -m "not server" --ignore=tests/e2e

@@ -253,43 +253,38 @@ def ssd3_server(target_path, ssd3_draft):
     server.stop()
 
 
-# ---- the target as its own draft: α ≈ 1, so rounds reach the bonus after full acceptance -------------
-# One SGLang server, one draft server per draft-side setting; a request reaches the draft server its id
-# hashes to (DraftLink.shard), so the tests pick ids to choose the setting. K = 2 and 10 new tokens:
-# three full rounds (the first a forced miss, the next ones from the speculation cache when it hits).
+# ---- the law model as its own draft: α ≈ 1, so rounds reach the bonus after full acceptance -----------
+# The sampling-law tests run on a tiny random target (tests/e2e/law_model.py), thousands of samples a
+# minute. One SGLang server, one draft server per draft-side setting; a request reaches the draft server
+# its id hashes to (DraftLink.shard), so the tests pick ids to choose the setting.
 SELF_K = 2
 PLANTED_SCRIPT = ROOT / "tests" / "e2e" / "planted_draft_server.py"
-PLANTED_ENABLED = os.environ.get("SSD_E2E_PLANTED") == "1"
-# Small trees (budget 2: the likely outcome is k = K and the top bonus) and short tree forwards, so
-# the target-sized draft answers rounds quickly on two shared cores.
-SELF_DRAFT_ARGS = ("--max-step-tokens", "32")
+LAW_SERVER_ARGS = ("--skip-tokenizer-init", "--max-running-requests", "128", "--ssd-draft-timeout", "10")
 
 
-def self_draft_kinds(target_path: Path, chain: bool = True) -> dict[str, dict]:
-    """``chain``: include the three-level one (a second target-sized model; only its test uses it)."""
-    if not NGRAM.is_file():
-        pytest.fail(f"{NGRAM} is missing: run `make models` first (make test does it)")
+@pytest.fixture(scope="session")
+def law_path(tmp_path_factory) -> Path:
+    from tests.e2e.law_model import build
+
+    return build(tmp_path_factory.mktemp("law_model"))
+
+
+def self_draft_kinds(law_path: Path) -> dict[str, dict]:
     return {
         "neural": {},
         "fast": {"backup": "fast"},
         "saguaro": {"saguaro_c": 0.3},
         "q64": {"q_support": 64},
-        **({"chain": {"draft_chain": [str(NGRAM), str(target_path)]}} if chain else {}),  # L0 n-gram → L1 target
-        # A deliberately wrong draft rule, to show the sampling test's power; only with
-        # SSD_E2E_PLANTED=1 (tests/e2e/test_ssd_sampling.py::test_planted_bug_is_rejected).
-        **({"planted": {"script": PLANTED_SCRIPT}} if PLANTED_ENABLED else {}),
+        "chain": {"draft_chain": [str(law_path / "ngram.json"), str(law_path)]},  # L0 n-gram → L1 law model
+        # A deliberately wrong draft rule: the sampling test must reject its output (its power shown).
+        "planted": {"script": PLANTED_SCRIPT},
     }
 
 
 @pytest.fixture(scope="session")
-def self_drafts(target_path, request) -> dict[str, DraftProcess]:
-    from concurrent.futures import ThreadPoolExecutor
-
-    chain = any("[chain]" in item.nodeid for item in request.session.items)
-    procs = {name: DraftProcess(target_path, name=f"self_{name}", k=SELF_K, budget=2, extra_args=SELF_DRAFT_ARGS, **kw)
-             for name, kw in self_draft_kinds(target_path, chain).items()}  # fmt: skip
-    with ThreadPoolExecutor(len(procs)) as pool:
-        list(pool.map(DraftProcess.start, procs.values()))
+def self_drafts(law_path) -> dict[str, DraftProcess]:
+    procs = {name: DraftProcess(law_path, name=f"self_{name}", k=SELF_K, budget=2, **kw).start()
+             for name, kw in self_draft_kinds(law_path).items()}  # fmt: skip
     held("self_drafts", lambda: [proc.stop() for proc in procs.values()])
     yield procs
     for proc in procs.values():
@@ -297,13 +292,25 @@ def self_drafts(target_path, request) -> dict[str, DraftProcess]:
 
 
 @pytest.fixture(scope="session")
-def self_server(target_path, self_drafts):
+def self_server(law_path, self_drafts):
     endpoints = [a for proc in self_drafts.values() for a in ("--ssd-draft-endpoint", proc.endpoint)]
     server = start_server(
-        target_path, "--speculative-algorithm", "SSD", *endpoints, "--ssd-k", str(SELF_K),
-        "--ssd-draft-timeout", "10", "--max-running-requests", "128", log_name="ssd_self",
+        law_path, "--speculative-algorithm", "SSD", *endpoints, "--ssd-k", str(SELF_K), *LAW_SERVER_ARGS,
+        log_name="ssd_self",
     )  # fmt: skip
     held("self_server", server.stop)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def law_auto_server(law_path):
+    """`--ssd-k auto` on the law model, its own draft (the launcher starts the draft server)."""
+    server = start_server(
+        law_path, "--speculative-algorithm", "SSD", "--speculative-draft-model-path", str(law_path),
+        "--ssd-k", "auto", "--ssd-budget", "2", "--ssd-backup", "neural", *LAW_SERVER_ARGS, log_name="law_auto",
+    )  # fmt: skip
+    held("law_auto_server", server.stop)
     yield server
     server.stop()
 
@@ -323,21 +330,28 @@ def rids_for(drafts: dict, name: str, count: int, tag: str) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def target_law(target_path):
-    """The target's exact next-token law at temperature T after a token context (transformers, fp32)."""
-    import numpy as np
+def law_model(law_path):
+    """The law model in transformers (fp32): the reference for the sampling and fault tests."""
     import torch
     from transformers import AutoModelForCausalLM
 
     torch.set_num_threads(1)
-    model = AutoModelForCausalLM.from_pretrained(str(target_path), dtype=torch.float32).eval()
+    return AutoModelForCausalLM.from_pretrained(str(law_path), dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="session")
+def target_law(law_model):
+    """The law model's exact next-token law at temperature T after a token context."""
+    import numpy as np
+    import torch
+
     cache: dict = {}
 
     def law(ids: tuple[int, ...], temperature: float) -> np.ndarray:
         key = (tuple(ids), temperature)
         if key not in cache:
             with torch.inference_mode():
-                logits = model(torch.tensor([list(ids)])).logits[0, -1].double()
+                logits = law_model(torch.tensor([list(ids)])).logits[0, -1].double()
             cache[key] = torch.softmax(logits / temperature, -1).numpy()
         return cache[key]
 

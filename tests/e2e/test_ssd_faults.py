@@ -126,11 +126,34 @@ def test_stalled_draft_server_mid_stream_loses_nothing_and_speculation_resumes(
     assert after["ssd_draft_servers_up"] == 1
 
 
-def test_one_of_several_draft_servers_killed_mid_stream(self_server, self_drafts, ar_server, equality_prompts,
-                                                        ar_streamed):
+@pytest.fixture(scope="module")
+def law_prompts_and_greedy(law_model) -> tuple[list[list[int]], list[list[int]]]:
+    """8 prompts of the law model and their greedy continuations (transformers, fp32). A prompt is
+    kept only if every step of its continuation has a clear winner (top-2 logit gap > 1e-3), so a
+    rounding difference between SGLang's forward and this one cannot flip a token."""
+    import torch
+
+    g = torch.Generator().manual_seed(5)
+    prompts, refs = [], []
+    while len(prompts) < 8:
+        ids = torch.randint(0, law_model.config.vocab_size, (12,), generator=g).tolist()
+        x, gaps = list(ids), []
+        with torch.inference_mode():
+            for _ in range(STREAM_TOKENS):
+                logits = law_model(torch.tensor([x])).logits[0, -1]
+                top = torch.topk(logits, 2)
+                gaps.append(float(top.values[0] - top.values[1]))
+                x.append(int(top.indices[0]))
+        if min(gaps) > 1e-3:
+            prompts.append(ids)
+            refs.append(x[len(ids):])
+    return prompts, refs
+
+
+def test_one_of_several_draft_servers_killed_mid_stream(self_server, self_drafts, law_prompts_and_greedy):
     """Requests spread by hash over several draft endpoints (--ssd-draft-endpoint per server); one
-    is killed mid-stream: output stays equal to AR, and the survivor keeps serving cache hits."""
-    prompts = equality_prompts[:8]
+    is killed mid-stream: output stays equal to greedy decoding, and the survivor keeps serving hits."""
+    prompts, reference = law_prompts_and_greedy
     # Half the requests hash to the draft server that dies, half to one that survives.
     dying, survivor = self_drafts["fast"], self_drafts["neural"]
     rids = [r for pair in zip(rids_for(self_drafts, "fast", 4, "kill"), rids_for(self_drafts, "neural", 4, "kill"))
@@ -146,7 +169,7 @@ def test_one_of_several_draft_servers_killed_mid_stream(self_server, self_drafts
         out, at_kill = _streams_with_fault(self_server, prompts, STREAM_TOKENS, kill, rids)
         after = _state(self_server)
         assert min(at_kill) < STREAM_TOKENS, f"every stream had finished before the kill: {at_kill}"
-        assert out == ar_streamed, "outputs differ from AR after one draft server died"
+        assert out == reference, "outputs differ from greedy decoding after one draft server died"
         assert after["ssd_faults"] > faults, "the death was never noticed"
         assert after["ssd_draft_servers_up"] == len(self_drafts) - 1
         assert _draft_hits(survivor.endpoint) > hits_at_kill[0], "the surviving draft server stopped hitting"
@@ -157,5 +180,5 @@ def test_one_of_several_draft_servers_killed_mid_stream(self_server, self_drafts
     time.sleep(RETRY_S + 0.5)
     out = self_server.generate(prompts[0], {"temperature": 0, "max_new_tokens": 16, "ignore_eos": True},
                                rid=rids_for(self_drafts, "fast", 1, "back")[0])
-    assert out["output_ids"] == ar_streamed[0][:16]
+    assert out["output_ids"] == reference[0][:16]
     assert any(d > 0 for d in out["meta_info"]["ssd_drafted"]), "the restarted draft server was not used again"
