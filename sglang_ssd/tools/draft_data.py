@@ -124,7 +124,9 @@ def server_batch(server, prompts: list[list[int]], max_new: int, temperature: fl
     params = {"temperature": temperature, "max_new_tokens": max_new}
     if temperature > 0:
         params["sampling_seed"] = seed
-    outs = server.generate(prompts, params, return_logprob=True, top_logprobs_num=top_k)
+    # A generous timeout: on a shared, loaded machine one batch can take many minutes.
+    outs = server.post("/generate", {"input_ids": prompts, "sampling_params": params, "return_logprob": True,
+                                     "top_logprobs_num": top_k}, timeout=3600)  # fmt: skip
     records = []
     for p, out in zip(prompts, outs):
         answer = out["output_ids"]
@@ -144,8 +146,9 @@ def _start_server(target_dir: Path, batch: int, max_tokens: int):
     return SGLangServer(argv).start()  # its log: /tmp/sglang_ssd_server_<port>.log
 
 
-def build_dataset(target_dir: Path, cache_dir: Path, spec: DataSpec) -> list[dict]:
-    """Generate (or load from `cache_dir`) the distillation records for `spec`; deterministic in spec."""
+def build_dataset(target_dir: Path, cache_dir: Path, spec: DataSpec, cached_only: bool = False) -> list[dict]:
+    """Generate (or load from `cache_dir`) the distillation records for `spec`; deterministic in spec.
+    ``cached_only``: the batches already cached, nothing generated."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if spec.batch <= 0 or spec.max_new <= 0 or spec.top_k <= 0 or spec.max_prompt <= 0:
@@ -175,6 +178,8 @@ def build_dataset(target_dir: Path, cache_dir: Path, spec: DataSpec) -> list[dic
             path = cache_dir / f"{tag}_batch_{bi:04d}.pt"
             if path.is_file():
                 recs = torch.load(path)
+            elif cached_only:
+                continue
             else:
                 cpu0, wall0 = time.process_time(), time.time()
                 temp = jobs[members[0]][1]

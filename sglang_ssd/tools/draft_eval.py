@@ -16,7 +16,8 @@ slice; the project's 200-prompt set; or, labelled, training prompts):
 - Cost: wall and CPU ms of one single-token forward with KV cache at batch 1, one thread, context of the
   same length for both models, the two models timed alternately; medians.
 - Parameter counts (all, and those read per token: the embedding lookup reads one row) and file sizes.
-Target continuations are cached under models/draft_data/ (they do not depend on the draft).
+Target continuations are written by an AR SGLang server (`--route server`, the default; `--route hf`:
+transformers) and cached under models/draft_data/ (they do not depend on the draft).
 """
 
 from __future__ import annotations
@@ -59,19 +60,19 @@ def chain_replay(agree: list[bool], k: int) -> tuple[int, int, int]:
 
 @torch.inference_mode()
 def target_references(target, tokenizer, prompts: list[str], max_new: int, temperature: float,
-                      cache_dir: Path) -> list[dict]:
+                      cache_dir: Path, route: str = "server", target_dir: Path | None = None) -> list[dict]:
     """Target continuations of `prompts` (greedy if temperature is 0, else seeded samples), cached; for
-    sampled ones also the target's top-256 probabilities at T along the sample."""
-    key = hashlib.sha256(json.dumps([prompts, max_new, temperature]).encode()).hexdigest()[:16]
+    sampled ones also the target's top-256 probabilities at T along the sample (teacher-forced here).
+    ``route``: "server", an AR SGLang server answers (draft_data.py's fastest route), or "hf", the
+    transformers loop (the route of the references cached before the server route existed)."""
+    key_parts = [prompts, max_new, temperature] + ([route] if route != "hf" else [])  # hf keys predate routes
+    key = hashlib.sha256(json.dumps(key_parts).encode()).hexdigest()[:16]
     path = cache_dir / f"eval_ref_{key}.pt"
     if path.is_file():
         return torch.load(path)
     ids = [chat_ids(tokenizer, p)[-512:] for p in prompts]  # the same cut as the training data
-    gen = torch.Generator().manual_seed(1234)
-    refs = []
-    for i in tqdm(range(0, len(ids), 20), desc=f"target refs T={temperature}"):
-        refs += generate_batch(target, ids[i: i + 20], max_new, temperature, 1, tokenizer.eos_token_id,
-                               tokenizer.pad_token_id, gen)
+    refs = _server_refs(target_dir, ids, max_new, temperature) if route == "server" else _hf_refs(
+        target, tokenizer, ids, max_new, temperature)
     if temperature > 0:
         for r in tqdm(refs, desc="target teacher-forced"):
             x = torch.cat([r["prompt"], r["answer"]])[None]
@@ -79,11 +80,33 @@ def target_references(target, tokenizer, prompts: list[str], max_new: int, tempe
             p = torch.softmax(logits / temperature, dim=-1)
             v, ix = p.topk(P_TOP, dim=-1)
             r["p_ids"], r["p_vals"] = ix, v
-    for r in refs:
-        r.pop("top_ids"), r.pop("top_logits")
+    refs = [{"prompt": r["prompt"], "answer": r["answer"], **{k: r[k] for k in ("p_ids", "p_vals") if k in r}}
+            for r in refs]  # fmt: skip
     cache_dir.mkdir(parents=True, exist_ok=True)
     torch.save(refs, path)
     return refs
+
+
+def _hf_refs(target, tokenizer, ids: list[list[int]], max_new: int, temperature: float) -> list[dict]:
+    gen = torch.Generator().manual_seed(1234)
+    refs = []
+    for i in tqdm(range(0, len(ids), 20), desc=f"target refs T={temperature}"):
+        refs += generate_batch(target, ids[i: i + 20], max_new, temperature, 1, tokenizer.eos_token_id,
+                               tokenizer.pad_token_id, gen)
+    return refs
+
+
+def _server_refs(target_dir: Path, ids: list[list[int]], max_new: int, temperature: float, batch: int = 32) -> list[dict]:
+    from sglang_ssd.tools.draft_data import _start_server, server_batch
+
+    server = _start_server(target_dir, batch, 512 + max_new)
+    try:
+        refs = []
+        for i in tqdm(range(0, len(ids), batch), desc=f"target refs T={temperature} (server)"):
+            refs += server_batch(server, ids[i: i + batch], max_new, temperature, 1, seed=1234 + i)
+        return refs
+    finally:
+        server.stop()
 
 
 @torch.inference_mode()
@@ -198,7 +221,8 @@ def eval_prompts(which: str) -> list[str]:
     raise ValueError(f"prompts must be one of {PROMPT_SETS}, got {which!r}")
 
 
-def evaluate(target_dir: Path, draft_dir: Path, which: str, max_new: int, cache_dir: Path) -> dict:
+def evaluate(target_dir: Path, draft_dir: Path, which: str, max_new: int, cache_dir: Path,
+             route: str = "server") -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.set_num_threads(1)
@@ -209,9 +233,10 @@ def evaluate(target_dir: Path, draft_dir: Path, which: str, max_new: int, cache_
     report: dict = {"prompts": which, "n_prompts": len(prompts), "max_new": max_new,
                     "greedy_measure": "next-token argmax agreement along the target's greedy continuation; "
                                       "E_K / alpha_chain_K replay greedy chain SD exactly"}
-    greedy_refs = target_references(target, tokenizer, prompts, max_new, 0.0, cache_dir)
+    report["reference_route"] = route
+    greedy_refs = target_references(target, tokenizer, prompts, max_new, 0.0, cache_dir, route, target_dir)
     report["greedy"] = greedy_stats(draft, greedy_refs)
-    sampled_refs = target_references(target, tokenizer, prompts, max_new, 0.7, cache_dir)
+    sampled_refs = target_references(target, tokenizer, prompts, max_new, 0.7, cache_dir, route, target_dir)
     report["t0.7"] = sampled_stats(draft, sampled_refs, 0.7)
     ctx = torch.cat([greedy_refs[0]["prompt"], greedy_refs[0]["answer"]]).tolist()
     ctx = (ctx * 4)[:200]
@@ -238,8 +263,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new", type=int, default=96)
     ap.add_argument("--cache", type=Path, default=Path("models/draft_data"))
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--route", choices=("server", "hf"), default="server",
+                    help="who writes the target's reference continuations: an AR SGLang server or transformers")
     args = ap.parse_args(argv)
-    report = evaluate(args.target, args.draft, args.prompts, args.max_new, args.cache)
+    report = evaluate(args.target, args.draft, args.prompts, args.max_new, args.cache, args.route)
     text = json.dumps(report, indent=2)
     print(text)
     if args.json:

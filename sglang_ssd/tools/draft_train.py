@@ -165,12 +165,14 @@ def load_records(args) -> tuple[list[dict], list[dict]]:
     (never trained on), else every --holdout-th training record."""
     specs = [DataSpec(n_greedy=args.n_greedy, n_sampled=args.n_sampled, max_new=args.max_new, seed=args.seed,
                       part=part) for part in range(args.parts)]  # fmt: skip
+    # The template parts keep the route their cache was made with (hf); ShareGPT data takes --route.
     specs += [DataSpec(n_greedy=args.sharegpt_n_greedy, n_sampled=args.sharegpt_n_sampled, max_new=args.max_new,
-                       seed=args.seed, part=part, source="sharegpt") for part in range(args.sharegpt_parts)]  # fmt: skip
-    records = [r for spec in specs for r in build_dataset(args.target, args.data, spec)]
+                       seed=args.seed, part=part, source="sharegpt", route=args.route)
+              for part in range(args.sharegpt_parts)]  # fmt: skip
+    records = [r for spec in specs for r in build_dataset(args.target, args.data, spec, args.cached_only)]
     if args.val_sharegpt:
         spec = DataSpec(n_greedy=args.val_sharegpt, n_sampled=0, max_new=args.max_new, seed=args.seed,
-                        source="sharegpt-held-out")  # fmt: skip
+                        source="sharegpt-held-out", route=args.route)  # fmt: skip
         return records, build_dataset(args.target, args.data, spec)
     held = records[args.holdout - 1 :: args.holdout] if args.holdout else []
     if args.holdout:
@@ -344,6 +346,10 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--sharegpt-n-sampled", type=int, default=512)
     ap.add_argument("--val-sharegpt", type=int, default=0,
                     help="validate on the target's greedy answers to this many held-out ShareGPT prompts")
+    ap.add_argument("--route", choices=("hf", "server"), default="server",
+                    help="how the ShareGPT data was (or is to be) generated: its cache tag (draft_data.py)")
+    ap.add_argument("--cached-only", action="store_true",
+                    help="train on the cached batches only (generation still running elsewhere)")
     ap.add_argument("--resume", action="store_true",
                     help="checkpoint at every validation next to --out, and go on from one if it is there")
     args = ap.parse_args(argv)
