@@ -259,7 +259,8 @@ def ssd3_server(target_path, ssd3_draft):
 # its id hashes to (DraftLink.shard), so the tests pick ids to choose the setting.
 SELF_K = 2
 PLANTED_SCRIPT = ROOT / "tests" / "e2e" / "planted_draft_server.py"
-LAW_SERVER_ARGS = ("--skip-tokenizer-init", "--max-running-requests", "128", "--ssd-draft-timeout", "10")
+LAW_SERVER_ARGS = ("--skip-tokenizer-init", "--max-running-requests", "128", "--max-total-tokens", "65536",
+                   "--ssd-draft-timeout", "10")
 
 
 @pytest.fixture(scope="session")
