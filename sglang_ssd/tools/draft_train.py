@@ -16,11 +16,12 @@ Pipeline (one thread, fixed seeds; the same arguments give the same weights):
    --freeze keeps parts as exact target copies (head rows, attention, MLP): not trained, not shipped.
 3. Distillation, teacher-forced on prompt + answer: cross-entropy between the target's top-k
    distribution restricted to the head's subset and the draft's distribution, on answer positions only.
-   AdamW, linear warm-up then cosine decay, bf16 autocast matmuls (fp32 master weights).
+   AdamW, linear warm-up then cosine decay, fp32 (`--bf16`: bf16 autocast matmuls, fp32 master weights).
 4. Writes every trained tensor (layers, norm, head unless frozen) and the token ids in bf16 to --out;
    the embedding and frozen parts are not written (draft_build.py takes them from the target).
-Shipped configuration (the defaults): target layers 0, 1, 29 as the three student layers (all trained),
-frozen 8192-row head, 2 data parts (1024 prompts, 116k answer tokens), 600 steps of 8 sequences.
+Shipped configuration (the defaults, with `--bf16`): target layers 0, 1, 29 as the three student layers
+(all trained), frozen 8192-row head, 2 data parts (1024 prompts, 116k answer tokens), 600 steps of 8
+sequences.
 """
 
 from __future__ import annotations
@@ -107,15 +108,17 @@ def build_student(target, layers: list[int], token_ids: torch.Tensor, freeze: tu
     return student, cfg, copies
 
 
-def make_examples(records: list[dict], token_ids: torch.Tensor, vocab_size: int) -> list[dict]:
+def make_examples(records: list[dict], token_ids: torch.Tensor, vocab_size: int, max_context: int = 0) -> list[dict]:
     """Per record: `ids` (prompt + answer[:-1]), `start` (first position predicting an answer token),
-    teacher top-k mapped to head rows `rows` (int64 [N, k], −1 outside the subset) and `logits`."""
+    teacher top-k mapped to head rows `rows` (int64 [N, k], −1 outside the subset) and `logits`.
+    ``max_context`` > 0 keeps only the prompt's last tokens: a step's cost is its sequence length."""
     row_of = torch.full((vocab_size,), -1, dtype=torch.long)
     row_of[token_ids] = torch.arange(len(token_ids))
     out = []
     for r in records:
-        ids = torch.cat([r["prompt"], r["answer"][:-1]])
-        out.append({"ids": ids, "start": len(r["prompt"]) - 1, "rows": row_of[r["top_ids"].long()],
+        prompt = r["prompt"][-max_context:] if max_context > 0 else r["prompt"]
+        ids = torch.cat([prompt, r["answer"][:-1]])
+        out.append({"ids": ids, "start": len(prompt) - 1, "rows": row_of[r["top_ids"].long()],
                     "logits": r["top_logits"].float()})
     return out
 
@@ -238,7 +241,7 @@ def train(args) -> dict:
     answer_cov = torch.cat([covered[r["answer"]] for r in records]).float().mean().item()
     student, cfg, copies = build_student(target, args.layers, token_ids, tuple(args.freeze))
     del target
-    examples = make_examples(records, token_ids, cfg["vocab_size"])
+    examples = make_examples(records, token_ids, cfg["vocab_size"], args.max_context)
     val = make_examples(held, token_ids, cfg["vocab_size"])
     params = [p for p in student.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.98), weight_decay=0.0)
@@ -331,7 +334,12 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--freeze", type=lambda s: [x for x in s.split(",") if x], default=["head"],
                     help=f"comma list of parts kept as target copies: {','.join(FREEZE_GROUPS)}")
     ap.add_argument("--hard-weight", type=float, default=0.0)
+    # bf16 autocast is opt-in: on this AVX2 CPU (no native bf16) a step took 24x the fp32 time
+    # (120 s against 5 s for 8 sequences, torch 2.13). The shipped weights were trained with it.
+    ap.add_argument("--bf16", dest="bf16", action="store_true", default=False)
     ap.add_argument("--no-bf16", dest="bf16", action="store_false")
+    ap.add_argument("--max-context", type=int, default=0,
+                    help="train on the last N prompt tokens only (0: the whole prompt); validation keeps all")
     ap.add_argument("--n-greedy", type=int, default=DataSpec.n_greedy)
     ap.add_argument("--n-sampled", type=int, default=DataSpec.n_sampled)
     ap.add_argument("--max-new", type=int, default=DataSpec.max_new)
