@@ -37,8 +37,9 @@ from tests.e2e.law_model import PROMPT, lookup_prompt
 
 TEMPERATURE = 1.0
 NEW_TOKENS = 16
-# Samples per prompt: the lookup prompt's laws are more peaked, so fewer samples reach the same power.
-SAMPLES = {"short": 2000, "lookup": 1000}
+# Samples per prompt. (With 1000 on the lookup prompt the design's power was 1.0, but one run's own
+# cells gave 0.76 against the least-divergence bias; 2000 gave 1.0.)
+SAMPLES = {"short": 2000, "lookup": 2000}
 PLANTED_SAMPLES = 300  # the planted bug is large: fewer samples show it
 MIN_CELL = 10  # contexts seen fewer times are not tested
 MIN_POWER = 0.9
