@@ -1,46 +1,52 @@
 /* Weight-stationary, batch-invariant small-M linear: y[m, n] = sum_k x[m, k] * w[n, k] (+ b[n]).
  *
  * Why: decoding reads every weight once per step; a K+1-token verify should read them once too and
- * reuse each weight row for all M input rows while it sits in L1. And every output element is reduced
- * in one fixed order (one 8-lane accumulator over k in ascending steps, a fixed horizontal sum, the
- * k tail, then the bias), whatever M is, where the row sits, or which register tile computed it, so a
- * row's result is bit-identical between a 1-row decode and a 16-row verify.
+ * reuse each weight for all M input rows while it sits in cache. And every output element is reduced
+ * in one fixed order, whatever M is, where the row sits, or which register tile computed it, so a row's
+ * result is bit-identical between a 1-row decode and a 16-row verify.
  *
- * Layout: x is [M, K] with row stride ldx (elements, unit column stride), w is [N, K] contiguous, y is
- * [M, N] with row stride ldy. Rows of x are taken in chunks of CHUNK_M; within a chunk a block of 4
- * weight rows stays in L1 while every group of 2 or 3 input rows passes over it (`block_rows`).
+ * Layout. The weight is packed once (`ssd_pack`) into panels of NR = 16 output columns: panel p holds
+ * w[16p + j, k] at wp[(p * K + k) * 16 + j], the last panel padded with zeros. A panel is one
+ * sequential stream in memory, and a register tile walks it k by k: load the panel's 16 weights of
+ * step k (two vectors), broadcast x[m, k] for each of its rows, one FMA per (row, vector). So each
+ * output element lives in one vector lane and is the plain chain
+ *     acc = 0; for k = 0..K-1: acc = fma(x[m, k], w[n, k], acc); y = acc (+ b[n])
+ * the same in every tile shape: no horizontal sums, no k tail, no dependence on M.
  *
- * Tried and measured against this (interleaved, bench/linear_microbench.py-style runs): two
- * accumulators per element (even/odd chunks) let a single row stream the weights faster, but its
- * multi-row tiles then hold half the weight reuse or need two passes, 10-40 % slower at M >= 2;
- * software prefetch of the next block for a single row: no gain.
+ * x is [M, K] with row stride ldx (elements, unit column stride); y is [M, N] with row stride ldy.
  */
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
-#define CHUNK_M 16
+#define NR 16
 
-/* ---- portable route: the same order of operations in plain C (no FMA contraction, see Makefile) ---- */
+long ssd_packed_size(long N, long K) { return (N + NR - 1) / NR * K * NR; }
 
-static float dot_portable(const float *x, const float *w, long K) {
-    float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    long k = 0;
-    for (; k + 8 <= K; k += 8)
-        for (int l = 0; l < 8; ++l) lane[l] += x[k + l] * w[k + l];
-    float s = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
-    for (; k < K; ++k) s += x[k] * w[k];
-    return s;
+void ssd_pack(const float *w, long N, long K, float *wp) {
+    for (long p = 0; p * NR < N; ++p)
+        for (long k = 0; k < K; ++k)
+            for (long j = 0; j < NR; ++j) {
+                long n = p * NR + j;
+                wp[(p * K + k) * NR + j] = n < N ? w[n * K + k] : 0.0f;
+            }
 }
 
-void ssd_linear_portable(const float *x, long ldx, const float *w, const float *b, float *y, long ldy,
+/* ---- portable route: the same chain per element in plain C (no FMA contraction, see linear.py) ---- */
+
+void ssd_linear_portable(const float *x, long ldx, const float *wp, const float *b, float *y, long ldy,
                          long M, long N, long K) {
-    for (long m0 = 0; m0 < M; m0 += CHUNK_M) {
-        long m1 = m0 + CHUNK_M < M ? m0 + CHUNK_M : M;
-        for (long n = 0; n < N; ++n)
-            for (long m = m0; m < m1; ++m) {
-                float s = dot_portable(x + m * ldx, w + n * K, K);
-                y[m * ldy + n] = b ? s + b[n] : s;
-            }
+    float acc[NR];
+    for (long p = 0; p * NR < N; ++p) {
+        const float *panel = wp + p * K * NR;
+        long width = N - p * NR < NR ? N - p * NR : NR;
+        for (long m = 0; m < M; ++m) {
+            const float *xm = x + m * ldx;
+            for (int j = 0; j < NR; ++j) acc[j] = 0.0f;
+            for (long k = 0; k < K; ++k)
+                for (int j = 0; j < NR; ++j) acc[j] += xm[k] * panel[k * NR + j];
+            for (long j = 0; j < width; ++j) y[m * ldy + p * NR + j] = b ? acc[j] + b[p * NR + j] : acc[j];
+        }
     }
 }
 
@@ -50,80 +56,143 @@ void ssd_linear_portable(const float *x, long ldx, const float *w, const float *
 
 #define AVX2 __attribute__((target("avx2,fma")))
 
-AVX2 static inline float hsum8(__m256 v) {
-    /* lanes (0+4, 1+5, 2+6, 3+7), then (0+2, 1+3), then 0+1: the portable route's order */
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 0x55));
-    return _mm_cvtss_f32(s);
-}
+#ifndef PF_HINT
+#define PF_HINT _MM_HINT_T1
+#endif
+#ifndef LEAD
+#define LEAD 1 /* how many panel groups the prefetch stream runs ahead of the arithmetic */
+#endif
+#ifndef PF_MIN_ROWS
+#define PF_MIN_ROWS 5
+#endif
+#define MC 64  /* rows per chunk: their partial sums (MC x PG x 16 floats) sit in a 24 KB scratch */
+#define PG 6   /* panels per group: 1 x 6, 2 x 3, 3 x 2 and 6 x 1 tiles cover it */
+#define LINE 64
 
-/* One register tile: MR input rows x NR weight rows, MR*NR independent accumulators. */
-#define TILE(MR, NR)                                                                               \
-    AVX2 static void tile_##MR##x##NR(const float *x, long ldx, const float *w, long K, long k8,    \
-                                      const float *b, float *y, long ldy, const float *pf) {       \
-        __m256 acc[MR][NR];                                                                        \
-        for (int i = 0; i < MR; ++i)                                                               \
-            for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_ps();                          \
-        for (long k = 0; k < k8; k += 8) {                                                         \
-            if (pf && (k & 15) == 0)                                                               \
-                for (int j = 0; j < NR; ++j) _mm_prefetch((const char *)(pf + j * K + k), _MM_HINT_T1); \
-            __m256 xv[MR];                                                                         \
-            for (int i = 0; i < MR; ++i) xv[i] = _mm256_loadu_ps(x + i * ldx + k);                 \
-            for (int j = 0; j < NR; ++j) {                                                         \
-                __m256 wv = _mm256_loadu_ps(w + j * K + k);                                        \
-                for (int i = 0; i < MR; ++i) acc[i][j] = _mm256_fmadd_ps(xv[i], wv, acc[i][j]);    \
-            }                                                                                      \
-        }                                                                                          \
-        for (int i = 0; i < MR; ++i)                                                               \
-            for (int j = 0; j < NR; ++j) {                                                         \
-                float s = hsum8(acc[i][j]);                                                        \
-                for (long k = k8; k < K; ++k) s += x[i * ldx + k] * w[j * K + k];              \
-                y[i * ldy + j] = b ? s + b[j] : s;                                                 \
-            }                                                                                      \
+/* One register tile: MR input rows x NP consecutive panels (2 * MR * NP accumulators), over all K.
+ * The sums start from and go back to the scratch `s` (row stride PG * NR), which the caller zeroes.
+ * While it computes, the tile prefetches `pf_lines` cache lines from `pf`, spread evenly over its k
+ * steps: the weights that later tiles will need arrive while this one is busy with arithmetic. */
+#define TILE(MR, NP)                                                                                   \
+    AVX2 static void tile_##MR##x##NP(const float *x, long ldx, const float *wp, long K, float *s,    \
+                                      const char *pf, long pf_lines) {                                \
+        __m256 acc[MR][2 * NP];                                                                        \
+        _Pragma("GCC unroll 16") for (int i = 0; i < MR; ++i)                                          \
+            _Pragma("GCC unroll 16") for (int j = 0; j < 2 * NP; ++j)                                  \
+                acc[i][j] = _mm256_loadu_ps(s + i * PG * NR + j * 8);                                  \
+        long debt = 0;                                                                                 \
+        for (long k = 0; k < K; ++k) {                                                                 \
+            for (debt += pf_lines; debt >= K; debt -= K, pf += LINE) _mm_prefetch(pf, PF_HINT);        \
+            __m256 wv[2 * NP];                                                                         \
+            _Pragma("GCC unroll 16") for (int q = 0; q < NP; ++q) {                                    \
+                const float *w = wp + (q * K + k) * NR;                                                \
+                wv[2 * q] = _mm256_loadu_ps(w);                                                        \
+                wv[2 * q + 1] = _mm256_loadu_ps(w + 8);                                                \
+            }                                                                                          \
+            _Pragma("GCC unroll 16") for (int i = 0; i < MR; ++i) {                                    \
+                __m256 xv = _mm256_broadcast_ss(x + i * ldx + k);                                      \
+                _Pragma("GCC unroll 16") for (int j = 0; j < 2 * NP; ++j)                              \
+                    acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);                                 \
+            }                                                                                          \
+        }                                                                                              \
+        _Pragma("GCC unroll 16") for (int i = 0; i < MR; ++i)                                          \
+            _Pragma("GCC unroll 16") for (int j = 0; j < 2 * NP; ++j)                                  \
+                _mm256_storeu_ps(s + i * PG * NR + j * 8, acc[i][j]);                                  \
     }
 
-TILE(1, 8)
-TILE(2, 4)
-TILE(3, 4)
+TILE(1, 6)
+TILE(2, 3)
+TILE(3, 2)
 TILE(1, 1)
+TILE(2, 1)
+TILE(3, 1)
+TILE(4, 1)
+TILE(5, 1)
+TILE(6, 1)
 
-/* Input rows [0, rows), rows >= 2, against the 4 weight rows at w, which stay in L1 while every
- * group of input rows passes over them: 3-row tiles, ending on two 2-row tiles rather than a lone
- * row (4 = 2 + 2, 7 = 3 + 2 + 2, 16 = 3*4 + 2 + 2), whose 4 accumulators would be FMA-latency bound.
- * `pf` is the next weight block: the first tile asks for it, so its read overlaps this arithmetic. */
-AVX2 static void block_rows(const float *x, long ldx, const float *w, long K, long k8, const float *b,
-                            float *y, long ldy, long rows, const float *pf) {
-    long threes = rows % 3 == 1 ? (rows - 4) / 3 : rows / 3, m = 0;
-    for (long t = 0; t < threes; ++t, m += 3, pf = 0) tile_3x4(x + m * ldx, ldx, w, K, k8, b, y + m * ldy, ldy, pf);
-    for (; m < rows; m += 2, pf = 0) tile_2x4(x + m * ldx, ldx, w, K, k8, b, y + m * ldy, ldy, pf);
+typedef void (*tile_fn)(const float *, long, const float *, long, float *, const char *, long);
+static const tile_fn ONE_PANEL[7] = {0, tile_1x1, tile_2x1, tile_3x1, tile_4x1, tile_5x1, tile_6x1};
+
+/* Rows split into tiles of at most 6, as even as possible (7 = 4 + 3, 16 = 6 + 5 + 5). */
+static long next_tile_rows(long left) {
+    long tiles = (left + 5) / 6;
+    return (left + tiles - 1) / tiles;
 }
 
-/* Which tile computes an element never changes its value: every tile runs the same sequence per
- * element (see the top of this file). */
-AVX2 void ssd_linear_avx2(const float *x, long ldx, const float *w, const float *b, float *y, long ldy,
+/* How a row tile of t rows covers a group of np panels: panels per call, calls. A full group is
+ * covered by tiles of at least 10 accumulators (fewer leave the FMA units waiting on the previous FMA
+ * of the same chain): 1 x 6, 2 x 3, 3 x 2, 5 x 1, 6 x 1; 4 rows take two 2 x 3 tiles per half. */
+static long panels_per_call(long t, long np) {
+    if (np < PG || t >= 5) return 1;
+    return t == 1 ? 6 : t == 3 ? 2 : 3;
+}
+
+/* Rows per call: 4-row tiles over a full group go as two 2 x 3 row pairs. */
+static long rows_per_call(long t, long np) { return t == 4 && panels_per_call(t, np) > 1 ? 2 : t; }
+
+static long calls_for(long t, long np) { return np / panels_per_call(t, np) * (t / rows_per_call(t, np)); }
+
+/* The prefetch stream: the next weights to ask for, and where the weights end. */
+typedef struct {
+    const char *next, *end;
+} stream_t;
+
+/* Rows [0, rows) of x against `np` <= PG panels at wp, partial sums in s. The group's tile calls
+ * share out the prefetch of as many lines as the group itself reads. */
+AVX2 static void group_pass(const float *x, long ldx, const float *wp, long K, float *s, long rows, long np,
+                            stream_t *st) {
+    const long step = K * NR;
+    long calls = 0;
+    for (long m = 0, t; m < rows; m += t) calls += calls_for(t = next_tile_rows(rows - m), np);
+    long share = (np * K + calls - 1) / calls;
+    for (long m = 0, t; m < rows; m += t) {
+        t = next_tile_rows(rows - m);
+        long per = panels_per_call(t, np), rs = rows_per_call(t, np);
+        for (long r = 0; r < t; r += rs)
+            for (long q = 0; q < np; q += per) {
+                long lines = (st->end - st->next) / LINE;
+                lines = lines < share ? lines : share;
+                const float *xm = x + (m + r) * ldx, *wq = wp + q * step;
+                float *sm = s + (m + r) * PG * NR + q * NR;
+                if (per == 1)
+                    ONE_PANEL[t](xm, ldx, wq, K, sm, st->next, lines);
+                else if (t == 1)
+                    tile_1x6(xm, ldx, wq, K, sm, st->next, lines);
+                else if (t == 3)
+                    tile_3x2(xm, ldx, wq, K, sm, st->next, lines);
+                else
+                    tile_2x3(xm, ldx, wq, K, sm, st->next, lines);
+                st->next += lines * LINE;
+            }
+    }
+}
+
+/* Which tile computes an element never changes its value (see the top of this file). */
+AVX2 void ssd_linear_avx2(const float *x, long ldx, const float *wp, const float *b, float *y, long ldy,
                           long M, long N, long K) {
-    long k8 = K & ~7L;
-    for (long m0 = 0; m0 < M; m0 += CHUNK_M) {
-        long rows = M - m0 < CHUNK_M ? M - m0 : CHUNK_M;
-        const float *xc = x + m0 * ldx;
-        float *yc = y + m0 * ldy;
-        long n = 0;
-        if (rows == 1) {
-            /* One input row. Weight rows shorter than a page: one row after the other, a single
-             * sequential stream (interleaving short rows restarts the hardware prefetcher on every
-             * row: measured up to 1.5x a plain read of the same bytes). Longer rows: eight at a
-             * time, whose parallel streams read faster than one. */
-            if (K * (long)sizeof(float) >= 4096)
-                for (; n + 8 <= N; n += 8) tile_1x8(xc, ldx, w + n * K, K, k8, b ? b + n : 0, yc + n, ldy, 0);
-        } else {
-            for (; n + 4 <= N; n += 4)
-                block_rows(xc, ldx, w + n * K, K, k8, b ? b + n : 0, yc + n, ldy, rows,
-                           n + 8 <= N ? w + (n + 4) * K : 0);
+    float s[MC * PG * NR];
+    const long panels = (N + NR - 1) / NR;
+    const char *end = (const char *)(wp + panels * K * NR);
+    for (long m0 = 0; m0 < M; m0 += MC) {
+        long rows = M - m0 < MC ? M - m0 : MC;
+        long lead = LEAD * PG * K * NR * (long)sizeof(float);
+        /* Up to 4 rows the tiles read 3-6 panels at once and memory is the bound: a prefetch stream
+         * on top only competes with them (measured 1.3-1.9x slower at M = 1). From 5 rows on the
+         * arithmetic is long enough for the stream to hide the read. */
+        stream_t st = {(const char *)wp + lead, end};
+        if (st.next > end || rows < PF_MIN_ROWS) st.next = end;
+        for (long p = 0; p < panels; p += PG) {
+            long np = panels - p < PG ? panels - p : PG;
+            memset(s, 0, sizeof(float) * (size_t)(rows * PG * NR));
+            group_pass(x + m0 * ldx, ldx, wp + p * K * NR, K, s, rows, np, &st);
+            /* the bias is added after the chain, as in the portable route */
+            long n0 = p * NR, width = N - n0 < np * NR ? N - n0 : np * NR;
+            for (long m = 0; m < rows; ++m) {
+                float *ym = y + (m0 + m) * ldy + n0;
+                const float *sm = s + m * PG * NR;
+                for (long j = 0; j < width; ++j) ym[j] = b ? sm[j] + b[n0 + j] : sm[j];
+            }
         }
-        for (; n < N; ++n) /* what is left: element by element */
-            for (long m = 0; m < rows; ++m)
-                tile_1x1(xc + m * ldx, ldx, w + n * K, K, k8, b ? b + n : 0, yc + m * ldy + n, ldy, 0);
     }
 }
 
@@ -133,8 +202,8 @@ int ssd_cpu_has_avx2_fma(void) {
 }
 #else
 int ssd_cpu_has_avx2_fma(void) { return 0; }
-void ssd_linear_avx2(const float *x, long ldx, const float *w, const float *b, float *y, long ldy, long M,
+void ssd_linear_avx2(const float *x, long ldx, const float *wp, const float *b, float *y, long ldy, long M,
                      long N, long K) {
-    ssd_linear_portable(x, ldx, w, b, y, ldy, M, N, K);
+    ssd_linear_portable(x, ldx, wp, b, y, ldy, M, N, K);
 }
 #endif
