@@ -195,3 +195,18 @@ def test_use_route_switches_and_restores():
     with cpu_linear.use_route("portable"):
         assert torch.equal(cpu_linear.linear(x, w), cpu_linear.run(KERNELS["portable"], x, w, None))
     assert torch.equal(cpu_linear.linear(x, w), before)
+
+
+def test_a_weight_changed_in_place_is_packed_again():
+    # The kernel reads a packed copy kept on the weight; a weight update (in place, or a new storage)
+    # must not leave it computing with the old values.
+    if cpu_linear.route() == "torch":
+        pytest.skip(f"{cpu_linear.ENV}=torch in this environment")
+    g = torch.Generator().manual_seed(5)
+    w = torch.randn(40, 24, generator=g)
+    x = torch.randn(3, 24, generator=g)
+    first = cpu_linear.linear(x, w)
+    w.mul_(2.0)
+    torch.testing.assert_close(cpu_linear.linear(x, w), 2 * first)
+    w.data = torch.randn(40, 24, generator=g)
+    torch.testing.assert_close(cpu_linear.linear(x, w), F.linear(x, w), rtol=1e-5, atol=1e-4)
