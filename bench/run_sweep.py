@@ -79,7 +79,8 @@ def configs(draft: str, k: str, budget: str, ablations: bool, k_variants: list[s
 
 
 def run_bench(server: SGLangServer, dataset: Path, tokenizer: str, concurrency: int, temperature: float,
-              num_prompts: int, output_len: int) -> dict:
+              num_prompts: int, output_len: int, extra: list[str] | None = None) -> dict:
+    """One bench_serving run; its result record (with ``--output-details`` in ``extra``: the outputs too)."""
     with tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False) as f:
         out = Path(f.name)
     cmd = [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--host", "127.0.0.1",
@@ -89,7 +90,7 @@ def run_bench(server: SGLangServer, dataset: Path, tokenizer: str, concurrency: 
            "--temperature", str(temperature), "--seed", "0", "--output-file", str(out), "--disable-tqdm",
            # The caller warms the server up before it reads the counters (`warm_up`), so that the
            # server-side per-round figures cover the measured requests only.
-           "--warmup-requests", "0"]
+           "--warmup-requests", "0", *(extra or [])]
     # SGLANG_USE_CPU_ENGINE: bench_serving imports sglang.srt, which needs the CPU stand-ins here too.
     done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                           env={**os.environ, "OMP_NUM_THREADS": "1", "SGLANG_USE_CPU_ENGINE": "1"})

@@ -43,6 +43,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-step-tokens", type=int, default=4096, help="cap on tokens per tree forward")
     p.add_argument("--max-open-tokens", type=int, default=4096,
                    help="prompt tokens one open message may make the server prefill (the rest are refused, per request)")
+    p.add_argument("--inline-prefill-tokens", type=int, default=64,
+                   help="prompt tokens an open message prefills before its reply; longer prompts are prefilled "
+                        "in the background, one --prefill-chunk per work step (async mode)")
+    p.add_argument("--prefill-chunk", type=int, default=512, help="prompt tokens per prefill forward")
     p.add_argument("--max-message-mb", type=float, default=512.0, help="largest accepted message")
     p.add_argument("--curve-secret-file", default=None, help="file with the server's Z85 CURVE secret key")
     p.add_argument("--l0", default=None, help="recursive chain: n-gram L0 file (models/ngram.json) drafting for --model")
@@ -73,6 +77,8 @@ def build_server(args: argparse.Namespace) -> DraftServer:
         idle_timeout_s=args.idle_timeout,
         max_step_tokens=args.max_step_tokens,
         max_open_tokens=args.max_open_tokens,
+        inline_prefill_tokens=args.inline_prefill_tokens,
+        prefill_chunk=args.prefill_chunk,
     )
     max_bytes = int(args.max_message_mb * (1 << 20))
     limits = Limits(max_header_bytes=min(16 << 20, max_bytes), max_tensor_bytes=max_bytes, max_message_bytes=max_bytes)

@@ -54,6 +54,9 @@ class EngineConfig(DraftSettings):
     idle_timeout_s: float = 600.0
     prefill_chunk: int = 512
     max_open_tokens: int = 4096  # prompt tokens one open message may make this server prefill
+    # Prompt tokens an open message prefills before its reply (async mode); the prompts past this are
+    # prefilled in the background, at most ``prefill_chunk`` tokens per work step, between messages.
+    inline_prefill_tokens: int = 64
     max_step_tokens: int = 4096
     cache_mem_mb: float = 256.0
 
@@ -96,7 +99,7 @@ class DraftEngine:
     ) -> Speculation:
         """Prefill ``prompt`` and return the first speculation (a forced miss: backup-drafted)."""
         req = self.table.admit(rid, prompt, first_token, params, owner)
-        return self._start([(req, prompt)])[0]
+        return self._open_admitted([(req, prompt)])[0]
 
     def open_many(self, opens: list[Open], owner: str = "") -> list[Speculation]:
         """Several requests from one message, prefilled together. One that cannot be admitted, or whose
@@ -119,10 +122,38 @@ class DraftEngine:
                 continue
             budget -= len(o.prompt_tokens)
             admitted.append((i, req, o.prompt_tokens))
-        specs = self._start([(req, prompt) for _, req, prompt in admitted]) if admitted else []
+        specs = self._open_admitted([(req, prompt) for _, req, prompt in admitted]) if admitted else []
         for (i, _, _), spec in zip(admitted, specs):
             results[i] = spec
         return results
+
+    def _open_admitted(self, started: list[tuple[RequestState, list[int]]]) -> list[Speculation]:
+        """Short prompts (up to ``inline_prefill_tokens`` in all, in message order) are prefilled now and
+        answered with a backup draft; in async mode the rest are answered at once and prefilled in the
+        background, so that no message makes the other requests wait on a long prefill."""
+        if self.cfg.mode != "async":
+            return self._start(started)
+        inline, background, budget = [], [], self.cfg.inline_prefill_tokens
+        for req, prompt in started:
+            if len(prompt) <= budget:
+                budget -= len(prompt)
+                inline.append((req, prompt))
+            else:
+                background.append(req)
+        specs = dict(zip((req.rid for req, _ in inline), self._start(inline) if inline else []))
+        for req in background:
+            specs[req.rid] = self._start_background(req)
+        return [specs[req.rid] for req, _ in started]
+
+    def _start_background(self, req: RequestState) -> Speculation:
+        """Queue the request's prefill for the work loop; until its context is ready its rounds are
+        answered by the fast backup (n-gram lookup in its own context: no KV needed)."""
+        req.stage, req.kv_len = Stage.PREFILL, 0
+        req.lookup.update(req.tokens)
+        self.stats.count("background_prefills")
+        self.stats.count("forced_miss")
+        tokens, q = fast_draft([req], self.k)[0]
+        return self.table.reply(req, tokens, q, origin="fast")
 
     def _start(self, started: list[tuple[RequestState, list[int]]]) -> list[Speculation]:
         """Prefill admitted requests and answer each with its first draft, from the backup (a forced
@@ -160,6 +191,7 @@ class DraftEngine:
         """Answer round T's outcomes with round T+1's speculations (same order)."""
         results: list[Speculation | None] = [None] * len(outcomes)
         valid = self.table.check_round(outcomes, results)
+        valid = self._serve_prefilling(valid, results)
         kind = self.backup.choose(len(valid))
         t_arrive = time.monotonic()
         # Lookups first: hits are answered from the cache before any backup work starts.
@@ -175,6 +207,20 @@ class DraftEngine:
         self._serve_misses(missed, kind, results)
         self._last_reply = time.monotonic()
         return results
+
+    def _serve_prefilling(self, valid: list[Entry], results: list) -> list[Entry]:
+        """Requests whose context is still being prefilled: commit the outcome (the new tokens join
+        what is left to prefill) and answer from the fast backup. Returns the other entries."""
+        rest = []
+        for i, req, o in valid:
+            if req.stage is not Stage.PREFILL:
+                rest.append((i, req, o))
+                continue
+            req.commit(o.accepted, o.bonus)
+            tokens, q = fast_draft([req], self.k)[0]
+            results[i] = self.table.reply(req, tokens, q, origin="fast")
+            self.stats.count("prefilling_rounds")
+        return rest
 
     def _lookup(self, valid: list[Entry]) -> tuple[list[Hit], list[Partial], list[Entry]]:
         """Sort the round: finished trees holding the outcome (hits), trees in progress that forked on
@@ -329,21 +375,52 @@ class DraftEngine:
         self.table.cancel_prespeculation()
 
     def has_work(self) -> bool:
-        return bool(self.table.prespeculating())
+        return bool(self.table.prespeculating() or self.table.prefilling())
 
     def work_step(self) -> None:
-        """One batched forward of pending pre-speculation (glue chains and branch steps of all requests)."""
+        """One batched forward: pending pre-speculation (glue chains and branch steps of all requests)
+        and at most ``prefill_chunk`` tokens of background prefill."""
         batch, spans = self._step_batch()
-        if not batch:
+        filling, fill_spans = self._prefill_batch()
+        if not batch and not filling:
             return
         with Timer(self.stats, "tree_step"):
-            logits = self.model.forward(spans)
+            logits = self.model.forward(spans + fill_spans)
             for r, lg in zip(batch, logits):
                 if r.stage is Stage.GLUE:
                     self._fork(r, lg)
                 else:
                     self._grow(r, lg)
-        self.stats.count("step_tokens", sum(s.n for s in spans))
+            for r, s in zip(filling, fill_spans):
+                r.kv_len += s.n
+                if r.kv_len == len(r.tokens) - 1:  # context ready: pre-speculate for the pending draft
+                    r.stage = Stage.GLUE
+        self.stats.count("step_tokens", sum(s.n for s in spans + fill_spans))
+        self.stats.count("prefill_step_tokens", sum(s.n for s in fill_spans))
+
+    def _prefill_batch(self) -> tuple[list[RequestState], list[Span]]:
+        """The next background prefill chunks, oldest request first, ``prefill_chunk`` tokens in all.
+        The last committed token is left out: it is every glue chain's first row (request.py)."""
+        batch, spans, room = [], [], self.cfg.prefill_chunk
+        for r in self.table.prefilling():
+            if room <= 0:
+                break
+            end = min(len(r.tokens) - 1, r.kv_len + room)
+            try:  # tokens committed while prefilling may need a longer extent
+                ensure_capacity(self.model, r, tree_capacity(r, self.k, self.budget))
+            except PoolExhausted:
+                r.stage = Stage.IDLE  # no pre-speculation; its rounds are misses from here on
+                self.stats.count("pool_pressure")
+                continue
+            if end <= r.kv_len:
+                r.stage = Stage.GLUE
+                continue
+            pos = torch.arange(r.kv_len, end)
+            spans.append(Span(r.extent[0], torch.tensor(r.tokens[r.kv_len : end]), pos, pos, end,
+                              out_rows=torch.empty(0, dtype=torch.int64)))  # fmt: skip
+            batch.append(r)
+            room -= end - r.kv_len
+        return batch, spans
 
     def _step_batch(self) -> tuple[list[RequestState], list[Span]]:
         """The requests and spans of the next work step, up to ``max_step_tokens`` tokens."""

@@ -158,7 +158,8 @@ class RequestTable:
         self.store.clear(req)  # whatever was cached belongs to the previous context
         req.after_miss = origin != "hit"
         req.tree = None
-        req.stage = Stage.GLUE if self.cfg.mode == "async" else Stage.IDLE
+        if req.stage is not Stage.PREFILL:  # a request still prefilling waits for its context first
+            req.stage = Stage.GLUE if self.cfg.mode == "async" else Stage.IDLE
         req.replied_at, req.ready_at = time.monotonic(), None
         return Speculation(req.rid, origin == "hit", tokens, q, None, req.spec_id)
 
@@ -167,10 +168,15 @@ class RequestTable:
         """Requests whose glue or branches still need forwards."""
         return [r for r in self.by_id.values() if r.stage in (Stage.GLUE, Stage.TREE)]
 
+    def prefilling(self) -> list[RequestState]:
+        """Requests whose context KV is still being written (oldest first)."""
+        return [r for r in self.by_id.values() if r.stage is Stage.PREFILL]
+
     def cancel_prespeculation(self) -> None:
         """Forget every tree in progress (their next outcome is a miss; committed KV is untouched)."""
         for r in self.by_id.values():
-            if r.stage in (Stage.GLUE, Stage.TREE, Stage.READY):
+            # a prefill in progress stops too (a failing step must not repeat): its rounds are misses
+            if r.stage in (Stage.GLUE, Stage.TREE, Stage.READY, Stage.PREFILL):
                 r.stage, r.tree = Stage.IDLE, None
 
     # ---- release --------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ class Stage(enum.Enum):
     GLUE = "glue"  # glue forward pending
     TREE = "tree"  # branches being decoded
     READY = "ready"  # speculation cache filled for the outcome to come
+    PREFILL = "prefill"  # context KV being written in the background, one chunk per work step
 
 
 @dataclass

@@ -17,6 +17,10 @@ from .conftest import TINY
 
 TARGET = Path(__file__).resolve().parents[2] / "models" / "target"
 ATOL = 1e-4
+# The 135M target's logits (magnitude up to about 30) through 30 layers: the CPU linear kernel sums each
+# output in one sequential FMA chain (what makes it batch-invariant), MKL in blocks, so they part by a
+# few ulps per product; measured up to 1.04e-4 after 30 layers.
+TARGET_ATOL = 3e-4
 
 
 def hf_logits(folder, tokens: torch.Tensor) -> torch.Tensor:
@@ -118,4 +122,4 @@ def test_target_folder_loads_and_matches_transformers():
     assert cfg.tie_word_embeddings and cfg.rope_theta == 100000.0 and (cfg.num_heads, cfg.num_kv_heads) == (9, 3)
     model = DraftModel(TARGET, kv_slots=512)
     tokens = torch.randint(0, cfg.vocab_size, (24,), generator=torch.Generator().manual_seed(2))
-    torch.testing.assert_close(prefill_logits(model, tokens), hf_logits(TARGET, tokens), atol=ATOL, rtol=0)
+    torch.testing.assert_close(prefill_logits(model, tokens), hf_logits(TARGET, tokens), atol=TARGET_ATOL, rtol=0)

@@ -270,3 +270,64 @@ def test_a_prompt_past_the_drafts_context_is_refused_alone(tiny_llama):
     assert "does not fit the draft's context" in specs[0].error
     assert specs[1].error is None and list(server.engine.requests) == ["ok"]
     assert "does not fit" in client.open("long2", [1] * limit, 2, DraftParams()).error
+
+
+def _prefill_sizes(engine) -> list[int]:
+    """Spy: tokens of background prefill (spans that want no logits) in each forward."""
+    sizes, forward = [], engine.model.forward
+
+    def spy(spans):
+        sizes.append(sum(s.n for s in spans if s.out_rows is not None and s.out_rows.numel() == 0))
+        return forward(spans)
+
+    engine.model.forward = spy
+    return sizes
+
+
+def test_a_long_prompt_is_prefilled_in_the_background_one_chunk_per_step(tiny_llama):
+    """A prompt past inline_prefill_tokens is answered at once (fast backup) and prefilled between
+    messages, at most one chunk per work step, next to the pre-speculation of the requests already
+    running; rounds in the meantime are answered and their tokens join the context; once the context
+    is ready the request drafts exactly as if it had been prefilled inline."""
+    chunk, params = 16, DraftParams(temperature=0.0)
+    server, client = make(tiny_llama, drain=False, prefill_chunk=chunk, inline_prefill_tokens=8)
+    eng = server.engine
+    client.open("short", [1, 2, 3], 4, params)
+    prompt = [(7 * i) % 250 + 1 for i in range(100)]
+    sizes = _prefill_sizes(eng)
+    spec = client.open("long", prompt, 9, params)
+    assert spec.error is None and not spec.hit and sizes == []  # answered without prefilling
+    req = eng.requests["long"]
+    assert req.stage is Stage.PREFILL and req.kv_len == 0
+    eng.work_step()
+    assert req.kv_len == chunk and eng.requests["short"].stage is not Stage.IDLE
+    # A round while it prefills: committed, answered from the fast backup, prefill goes on.
+    got = client.round([Outcome("long", 0, 11)])[0]
+    assert got.error is None and req.tokens[-1] == 11 and req.stage is Stage.PREFILL
+    while req.stage is Stage.PREFILL:
+        eng.work_step()
+    assert max(sizes) <= chunk and sum(sizes) == len(prompt) + 1  # the prompt, then the first token
+    assert req.kv_len == len(req.tokens) - 1
+    while eng.has_work():
+        eng.work_step()
+    assert req.stage is Stage.READY
+    assert client.stats()["background_prefills"] == 1 and client.stats()["prefilling_rounds"] == 1
+
+    # The same context prefilled inline drafts the same greedy tokens after the same miss.
+    twin_server, twin = make(tiny_llama, drain=True, prefill_chunk=chunk, inline_prefill_tokens=4096)
+    t = twin.open("long", prompt, 9, params)
+    twin.round([Outcome("long", 0, 11)])
+    ours, theirs = req, twin_server.engine.requests["long"]
+    assert ours.tokens == theirs.tokens
+    fork = set(ours.tree.fork_tok.tolist()) | set(theirs.tree.fork_tok.tolist())
+    miss = next(x for x in range(1, 256) if x not in fork)
+    a = client.round([Outcome("long", 0, miss)])[0]
+    b = twin.round([Outcome("long", 0, miss)])[0]
+    assert not a.hit and not b.hit and torch.equal(a.tokens, b.tokens)
+
+
+def test_sync_mode_prefills_inline_whatever_the_prompt(tiny_llama):
+    server, client = make(tiny_llama, mode="sync", inline_prefill_tokens=4)
+    spec = client.open("a", list(range(1, 60)), 4, DraftParams())
+    req = server.engine.requests["a"]
+    assert spec.tokens.shape == (K,) and req.kv_len == 59 and req.stage is Stage.IDLE

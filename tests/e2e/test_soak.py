@@ -138,3 +138,5 @@ def test_soak_64_clients_auto_k(law_auto_server, soak_prompts):
         state = law_auto_server.get("/server_info")["internal_states"][0]
     assert state["ssd_draft_server"]["requests_open"] == 0, state["ssd_draft_server"]
     assert state["ssd_draft_server"]["kv_slots_used"] == 0, state["ssd_draft_server"]
+    # the 160- and 700-token prompts went through the background prefill, exactly all the same
+    assert state["ssd_draft_server"].get("background_prefills", 0) > 0, state["ssd_draft_server"]
