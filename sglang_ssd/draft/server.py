@@ -12,6 +12,7 @@ reply (logged with its traceback).
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import time
@@ -44,13 +45,26 @@ from .stats import Timer
 
 log = logging.getLogger("sglang_ssd.draft")
 
+# Forwards of every size (tree steps, prefill chunks, both together) leave freed blocks that glibc
+# keeps: without a periodic trim the server's resident memory creeps up under churn (measured +5 %
+# in a minute of the e2e soak) although nothing is held.
+TRIM_EVERY_S = 10.0
+
+
+def release_free_heap() -> None:
+    """Hand the heap's free memory back to the OS (glibc ``malloc_trim``; nothing elsewhere)."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
 
 class DraftServer:
     def __init__(self, engine: DraftEngine, limits: Limits | None = None, *, idle_check_s: float = 1.0) -> None:
         self.engine = engine
         self.limits = limits or Limits()
         self.idle_check_s = idle_check_s
-        self._last_idle_check = time.monotonic()
+        self._last_idle_check = self._last_trim = time.monotonic()
         self.transport = None
 
     # ---- one message ------------------------------------------------------------------------------------
@@ -183,3 +197,6 @@ class DraftServer:
                 n = self.engine.expire_idle(now)
                 if n:
                     log.info("freed %d idle requests", n)
+                if now - self._last_trim > TRIM_EVERY_S:
+                    self._last_trim = now
+                    release_free_heap()

@@ -159,10 +159,13 @@ def _sample_self(server, drafts, name, prompt_ids, samples: int) -> tuple[list, 
     opened = {k: v - opens[k] for k, v in _draft_opens(drafts).items()}
     assert opened[name] >= samples and sum(opened.values()) == opened[name], f"routing: {opened}"
     # The law test below means something only if the draft server answered these rounds. (A fast
-    # backup proposes nothing when the context lookup finds no match: fewer drafted rounds.)
+    # backup proposes nothing when the context lookup finds no match: fewer drafted rounds. And a
+    # request opened in a burst past the draft server's inline prefill is answered by the fast backup
+    # while its context is prefilled in the background: its first round may go undrafted.)
     assert server.get("/server_info")["internal_states"][0]["ssd_faults"] == faults, "the draft link faulted"
     rounds, drafted, hits, full = _rounds(outs)
-    assert drafted >= (0.4 if name == "fast" else 0.9) * rounds, f"{drafted} of {rounds} rounds drafted"
+    floor = 0.4 * rounds if name == "fast" else 0.9 * (rounds - samples)
+    assert drafted >= floor, f"{drafted} of {rounds} rounds drafted ({samples} requests)"
     assert hits > 0, "no round was served from the speculation cache"
     return outs, f"; {rounds} rounds, {drafted} drafted, {hits} cache hits, {full} full acceptances"
 
