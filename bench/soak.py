@@ -128,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency-prompts", type=int, default=64, help="requests per latency point")
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--warmup-minutes", type=float, default=1.0, help="RSS growth is measured after this")
+    ap.add_argument("--configs", default=",".join(CONFIGS), help=f"latency configurations (the soak runs {SOAK_CONFIG})")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "soak"))
     ap.add_argument("--no-readme", action="store_true")
     args = ap.parse_args(argv)
@@ -137,19 +138,23 @@ def main(argv: list[str] | None = None) -> int:
     dataset = out / "prompts.jsonl"
     distinct = write_dataset(dataset, rows=20000)
     cfgs = configs(args.draft, "4", "12", False, [])
+    names = [n for n in args.configs.split(",") if n]
+    unknown = [n for n in names if n not in cfgs]
+    if unknown or "ar" not in names or SOAK_CONFIG not in names:
+        ap.error(f"--configs must name known configurations including ar and {SOAK_CONFIG}, got {args.configs!r}")
     concs = [int(c) for c in args.latency_concurrency.split(",")]
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     servers: dict[str, SGLangServer] = {}
     result: dict = {"distinct_prompts": distinct, "output_len": args.output_len, "latency": [], "soak": {}}
     texts: dict[tuple[str, int], list[str]] = {}
     try:
-        for name in CONFIGS:
+        for name in names:
             print(f"starting {name} ...", flush=True)
             servers[name] = SGLangServer(["--model-path", args.target, *CPU_SERVER_ARGS, *cfgs[name][0]],
                                          cpu_cores={0}, log_path=f"/tmp/soak_{name}.log").start()
         details = ["--output-details"]
         for conc in concs:  # configurations interleaved at each concurrency
-            for name in CONFIGS:
+            for name in names:
                 warm_up(servers[name], 0.0)
                 bench = run_bench(servers[name], dataset, args.target, conc, 0.0, args.latency_prompts,
                                   args.output_len, details)

@@ -57,3 +57,22 @@ def _sample(model, count: int, length: int, seed: int) -> list[list[int]]:
             probs = torch.softmax(model(ids).logits[:, -1].double(), -1)
             ids = torch.cat([ids, torch.multinomial(probs, 1, generator=g)], 1)
     return ids.tolist()
+
+
+def clear_greedy(model, count: int, length: int, new_tokens: int, seed: int) -> list[tuple[list[int], list[int]]]:
+    """``count`` random prompts of ``length`` tokens with their greedy continuations (transformers,
+    fp32), keeping only prompts where every step has a clear winner (top-2 logit gap > 1e-3), so a
+    rounding difference between SGLang's forward and this one cannot flip a token."""
+    g = torch.Generator().manual_seed(seed)
+    out: list[tuple[list[int], list[int]]] = []
+    while len(out) < count:
+        ids = torch.randint(0, model.config.vocab_size, (length,), generator=g).tolist()
+        x, ok = torch.tensor([ids]), True
+        with torch.inference_mode():
+            for _ in range(new_tokens):
+                top = torch.topk(model(x).logits[0, -1], 2)
+                ok &= float(top.values[0] - top.values[1]) > 1e-3
+                x = torch.cat([x, top.indices[:1][None]], 1)
+        if ok:
+            out.append((ids, x[0, length:].tolist()))
+    return out
