@@ -315,7 +315,7 @@ def test_a_long_prompt_is_prefilled_in_the_background_one_chunk_per_step(tiny_ll
 
     # The same context prefilled inline drafts the same greedy tokens after the same miss.
     twin_server, twin = make(tiny_llama, drain=True, prefill_chunk=chunk, inline_prefill_tokens=4096)
-    t = twin.open("long", prompt, 9, params)
+    twin.open("long", prompt, 9, params)
     twin.round([Outcome("long", 0, 11)])
     ours, theirs = req, twin_server.engine.requests["long"]
     assert ours.tokens == theirs.tokens

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from sglang_ssd.prompts import chat_ids, load_prompts
 from sglang_ssd.tools.server_process import CPU_SERVER_ARGS, SGLangServer
+from tests.e2e.references import NEW_TOKENS, equality_prompt_ids, hf_greedy_reference
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "models" / "target"
-NEW_TOKENS = 32
 
 
 def require_model(path: Path) -> Path:
@@ -36,37 +35,34 @@ def tokenizer(target_path):
 
 
 @pytest.fixture(scope="session")
-def equality_prompts(tokenizer) -> list[list[int]]:
+def equality_prompts(target_path) -> list[list[int]]:
     """20 prompts, 5 of each kind, as chat-templated token ids."""
-    prompts = []
-    for kind in ("chat", "math", "code", "feedback"):
-        prompts += [chat_ids(tokenizer, p.prompt) for p in load_prompts(kind, limit=5)]
-    return prompts
+    return equality_prompt_ids(target_path)
+
+
+_BACKGROUND: dict = {}
+
+
+def pytest_collection_finish(session) -> None:
+    """Start the transformers reference in its own process if a selected test needs it (it runs
+    while the server-free tests keep the other core busy; ``hf_greedy`` collects it)."""
+    if session.config.option.collectonly or not any("hf_greedy" in getattr(it, "fixturenames", ()) for it in session.items):
+        return
+    if not (TARGET / "config.json").is_file():
+        return  # the fixture reports the missing model
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    _BACKGROUND["hf_greedy"] = pool.submit(hf_greedy_reference, str(TARGET))
+    pool.shutdown(wait=False)
 
 
 @pytest.fixture(scope="session")
-def hf_greedy(target_path, equality_prompts) -> list[list[int]]:
-    """Greedy continuations from Hugging Face transformers, fp32 (the reference).
-
-    An explicit argmax loop over the model's logits with its KV cache: `generate()` in
-    transformers 5.19 does not return the plain argmax chain for this model (seen on prompt
-    chat-003, position 9: logits 18.31 vs 17.89, generate picks the second), so it is not used.
-    """
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    torch.set_num_threads(1)
-    model = AutoModelForCausalLM.from_pretrained(str(target_path), dtype=torch.float32).eval()
-    outs = []
-    with torch.inference_mode():
-        for ids in equality_prompts:
-            out = model(torch.tensor([ids]), use_cache=True)
-            tokens = [int(out.logits[0, -1].argmax())]
-            while len(tokens) < NEW_TOKENS:
-                out = model(torch.tensor([tokens[-1:]]), past_key_values=out.past_key_values, use_cache=True)
-                tokens.append(int(out.logits[0, -1].argmax()))
-            outs.append(tokens)
-    return outs
+def hf_greedy(target_path) -> list[list[int]]:
+    """Greedy continuations from Hugging Face transformers, fp32 (the reference; tests/e2e/references.py)."""
+    future = _BACKGROUND.pop("hf_greedy", None)
+    return future.result() if future is not None else hf_greedy_reference(str(target_path))
 
 
 # ---- release after last use ----------------------------------------------------------------------
