@@ -42,11 +42,10 @@ import torch.nn.functional as F  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.readme_blocks import write_block  # noqa: E402
 from sglang_ssd.cpu import linear as cpu_linear  # noqa: E402
 
 ROTATE_BYTES = 96 << 20  # > the 32 MB L3 of the machines this was written on
-README = ROOT / "bench" / "README.md"
-BLOCK = ("<!-- linear-microbench:begin -->", "<!-- linear-microbench:end -->")
 
 
 def target_shapes(folder: Path) -> dict[str, tuple[int, int]]:
@@ -244,17 +243,6 @@ def markdown(out: dict) -> str:
     return "\n".join(lines)
 
 
-def update_readme(text: str) -> None:
-    body = README.read_text()
-    begin, end = BLOCK
-    if begin in body and end in body:
-        head, rest = body.split(begin, 1)
-        _, tail = rest.split(end, 1)
-        README.write_text(f"{head}{begin}\n{text}\n{end}{tail}")
-    else:
-        print(f"{README}: no {begin} block; table not written there", file=sys.stderr)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--target", default=str(ROOT / "models" / "target"))
@@ -278,7 +266,7 @@ def main() -> int:
     md = markdown(out)
     Path(args.out).with_suffix(".md").write_text(md + "\n")
     if not args.no_readme:
-        update_readme(md)
+        write_block("linear-microbench", md)
     print(json.dumps(out["checks"], indent=1))
     return 0
 

@@ -33,13 +33,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.readme_blocks import write_block  # noqa: E402
 from bench.run_sweep import configs, run_bench, ssd_state, warm_up  # noqa: E402
 from sglang_ssd.prompts import BENCH_PLACEHOLDER, load_prompts  # noqa: E402
 from sglang_ssd.sharegpt import load_sharegpt  # noqa: E402
 from sglang_ssd.tools.server_process import CPU_SERVER_ARGS, SGLangServer  # noqa: E402
 
-README = ROOT / "bench" / "README.md"
-BLOCK = ("<!-- soak:begin -->", "<!-- soak:end -->")
 CONFIGS = ("ar", "sd", "ssd", "ssd_kauto")
 SOAK_CONFIG = "ssd_kauto"
 MAX_RSS_GROWTH = 0.05
@@ -175,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "soak.md").write_text(text + "\n")
     print(text)
     if not args.no_readme:
-        update_readme(text)
+        write_block("soak", text)
     return 0 if result["soak"]["passed"] else 1
 
 
@@ -252,17 +251,6 @@ def markdown(result: dict) -> str:
                      + " | ".join(f"{r[f'{p}_{m}_ms']:.0f}" for m in ("ttft", "tpot") for p in PERCENTILES)
                      + f" | {eq} |")  # fmt: skip
     return "\n".join(lines)
-
-
-def update_readme(text: str) -> None:
-    body = README.read_text()
-    begin, end = BLOCK
-    if begin in body and end in body:
-        head, rest = body.split(begin, 1)
-        _, tail = rest.split(end, 1)
-        README.write_text(f"{head}{begin}\n{text}\n{end}{tail}")
-    else:
-        print(f"{README}: no {begin} block; soak figures not written there", file=sys.stderr)
 
 
 if __name__ == "__main__":
