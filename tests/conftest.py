@@ -16,12 +16,15 @@ SERVER_GROUPS = ("ngram_server", "sd_server", "ssd_server", "ssd3_server", "ssd_
                  "law_auto_server", "law_tp2_server", "law_dp2_server")
 
 
-def _order_key(index: int, item: pytest.Item) -> tuple[int, int, int]:
+def _order_key(index: int, item: pytest.Item) -> tuple[int, int, int, int]:
     if "e2e" not in item.nodeid.split("::")[0].split("/"):
-        return (0, 0, index)
+        return (0, 0, 0, index)
     names = set(getattr(item, "fixturenames", ()))
     group = next((i + 1 for i, name in enumerate(SERVER_GROUPS) if name in names), 0)
-    return (1, group, index)
+    # A test that reshapes a shared server's learned state (auto-K's estimates after a 64-client soak
+    # park drafting for up to ~1000 rounds) goes after the tests that expect a fresh server.
+    last = 1 if item.get_closest_marker("leaves_state") else 0
+    return (1, group, last, index)
 
 
 @pytest.hookimpl(trylast=True)  # after -m / -k deselection: only the tests that will run are ordered

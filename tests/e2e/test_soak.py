@@ -88,6 +88,7 @@ def _processes(root: int) -> dict[str, int]:
     return found
 
 
+@pytest.mark.leaves_state  # its batch-64 rounds teach auto-K that plain decoding wins there
 def test_soak_64_clients_auto_k(law_auto_server, soak_prompts):
     procs = _processes(law_auto_server.proc.pid)
     before = law_auto_server.get("/server_info")["internal_states"][0]
