@@ -94,6 +94,30 @@ class RSSMonitor:
         self._stop.set()
         self._thread.join()
 
+    def series(self, points: int = 120) -> dict[str, list[tuple[float, float]]]:
+        """Per process: (seconds since the first sample, RSS in MB), thinned to about ``points``."""
+        t0, step = self.samples[0][0], max(1, len(self.samples) // points)
+        kept = self.samples[::step] + ([self.samples[-1]] if (len(self.samples) - 1) % step else [])
+        return {n: [(round(t - t0, 1), round(s[n] / 2**20, 1)) for t, s in kept] for n in self.procs}
+
+    def slopes_after(self, warmup_s: float) -> dict[str, dict[str, float]]:
+        """Per process, MB per minute (least squares) over the whole soak after warm-up and over its
+        last third: a leak keeps its slope to the end, a pool that fills up and stays levels off."""
+        t0 = self.samples[0][0]
+        warm = [(t - t0, s) for t, s in self.samples if t - t0 >= warmup_s]
+
+        def slope(points: list[tuple[float, dict[str, int]]], name: str) -> float:
+            if len(points) < 3:
+                return float("nan")
+            xs, ys = [t / 60 for t, _ in points], [s[name] / 2**20 for _, s in points]
+            mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+            var = sum((x - mx) ** 2 for x in xs)
+            return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else float("nan")
+
+        tail = warm[len(warm) * 2 // 3:]
+        return {n: {"after_warmup": round(slope(warm, n), 2), "last_third": round(slope(tail, n), 2)}
+                for n in self.procs}
+
     def growth_after(self, warmup_s: float) -> dict[str, float]:
         """Per process: last sample / first sample after ``warmup_s`` seconds, minus 1."""
         t0 = self.samples[0][0]
@@ -205,7 +229,8 @@ def soak(server: SGLangServer, dataset: Path, args, texts: dict, latency: list[d
         "config": SOAK_CONFIG, "requests": n, "completed": bench["completed"], "failed": failed,
         "minutes": round(minutes, 2), "request_rate": round(rate, 3), "concurrency": args.concurrency,
         "rss_growth": {k: round(v, 4) for k, v in growth.items()},
-        "rss_samples": len(rss.samples), "equal_to_ar": equal, "compared_to_ar": compared,
+        "rss_samples": len(rss.samples), "rss_mb_per_min": rss.slopes_after(args.warmup_minutes * 60),
+        "rss_series_mb": rss.series(), "equal_to_ar": equal, "compared_to_ar": compared,
         "draft_requests_open": draft.get("requests_open"), "draft_kv_slots_used": draft.get("kv_slots_used"),
         "spec_cache_bytes": draft.get("spec_cache_bytes"), "spec_cache_cap_bytes": draft.get("spec_cache_cap_bytes"),
         "cache_hits": state.get("ssd_hits", 0) - before.get("ssd_hits", 0),
@@ -229,6 +254,10 @@ def markdown(result: dict) -> str:
         f"soak: {s['completed']} requests in {s['minutes']:.1f} min at concurrency {s['concurrency']}, {s['failed']} "
         f"failed, RSS growth scheduler {100 * g.get('scheduler', float('nan')):.1f} %, draft server "
         f"{100 * g.get('draft server', float('nan')):.1f} %",
+        "",
+        "RSS slope after warm-up, MB/min (whole / last third): " + ", ".join(
+            f"{k} {v['after_warmup']:+.1f} / {v['last_third']:+.1f}" for k, v in s.get("rss_mb_per_min", {}).items())
+        + " (the series is in the JSON: `rss_series_mb`).",
         "",
         f"`python bench/soak.py` ({s['config']}, Poisson arrivals at {s['request_rate']} requests/s, at most "
         f"{s['concurrency']} in flight, {result['output_len']} greedy tokens each, prompts: the project's set and "
