@@ -59,6 +59,7 @@ mutants: install
 
 bench: models
 	$(PY) bench/run_sweep.py
+	$(PY) bench/run_sweep.py --dataset sharegpt --out bench/results/sharegpt
 
 gpu-check:
 	$(PYTHON) bench/gpu_check.py --out $${OUT:-out}/gpu_check.json

@@ -8,6 +8,10 @@ run) and written to JSONL; a markdown table, a Pareto plot (PNG) and the headlin
 
     python bench/run_sweep.py [--concurrency 1,2,4,8] [--temperatures 0,0.7] [--num-prompts 16]
                               [--output-len 64] [--configs ar,sd_coloc,sd,ssd] [--ablations]
+                              [--dataset prompts|sharegpt] [--out DIR]
+
+`make bench` runs it twice: on the project's prompt set (bench/results) and on the held-out ShareGPT
+conversations, bench_serving's standard workload (bench/results/sharegpt).
 """
 
 from __future__ import annotations
@@ -78,13 +82,32 @@ def configs(draft: str, k: str, budget: str, ablations: bool, k_variants: list[s
     return out
 
 
+def dataset_name(dataset: Path) -> str:
+    """bench_serving's loader for a dataset file: ShareGPT's JSON array, or the project's JSONL."""
+    return "sharegpt" if dataset.suffix == ".json" else "custom"
+
+
+def prepare_dataset(which: str, out: Path) -> Path:
+    """The prompt file of ``which`` under ``out``: the project's prompt set (bench_serving "custom"
+    JSONL) or the held-out ShareGPT conversations (bench_serving's own ShareGPT format)."""
+    if which == "sharegpt":
+        from sglang_ssd.sharegpt import write_bench_file
+
+        path = out / "sharegpt_held_out.json"
+        write_bench_file(path)
+        return path
+    path = out / "prompts_custom.jsonl"
+    export_bench_dataset(path)
+    return path
+
+
 def run_bench(server: SGLangServer, dataset: Path, tokenizer: str, concurrency: int, temperature: float,
               num_prompts: int, output_len: int, extra: list[str] | None = None) -> dict:
     """One bench_serving run; its result record (with ``--output-details`` in ``extra``: the outputs too)."""
     with tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False) as f:
         out = Path(f.name)
     cmd = [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--host", "127.0.0.1",
-           "--port", str(server.port), "--dataset-name", "custom", "--dataset-path", str(dataset),
+           "--port", str(server.port), "--dataset-name", dataset_name(dataset), "--dataset-path", str(dataset),
            "--tokenizer", tokenizer, "--apply-chat-template", "--num-prompts", str(num_prompts),
            "--sharegpt-output-len", str(output_len), "--max-concurrency", str(concurrency),
            "--temperature", str(temperature), "--seed", "0", "--output-file", str(out), "--disable-tqdm",
@@ -313,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calibration", default=None,
                     help="bench/calibrate.py JSON: also compare every record with the planner's prediction")
     ap.add_argument("--budget", default="12")
+    ap.add_argument("--dataset", choices=("prompts", "sharegpt"), default="prompts",
+                    help="prompts: the project's 200-prompt set; sharegpt: the held-out ShareGPT conversations "
+                         "(bench_serving --dataset-name sharegpt)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--render-only", action="store_true",
                     help="rebuild the table, plot, headline and planner check from --out's sweep.jsonl")
@@ -323,8 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         render(records, out, args.calibration)
         return 0
     out.mkdir(parents=True, exist_ok=True)
-    dataset = out / "prompts_custom.jsonl"
-    export_bench_dataset(dataset)
+    dataset = prepare_dataset(args.dataset, out)
     all_cfgs = configs(args.draft, args.k, args.budget, args.ablations,
                        [x for x in args.k_variants.split(",") if x])
     names = [n for n in args.configs.split(",") if n]
@@ -374,7 +399,8 @@ def main(argv: list[str] | None = None) -> int:
                         done += 1
                         continue
                     rec = summarize(name, bench, before, ssd_state(server),
-                                    {"temperature": temp, "concurrency": conc, "output_len": args.output_len, **meta})
+                                    {"temperature": temp, "concurrency": conc, "output_len": args.output_len,
+                                     "dataset": args.dataset, **meta})
                     records.append(rec)
                     f.write(json.dumps(rec) + "\n")
                     f.flush()

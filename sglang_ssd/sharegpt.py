@@ -16,6 +16,7 @@ Eligible: a first turn of 8..``MAX_CHARS`` characters (longer ones are mostly pa
 would not fit the draft's training context).
 
     python -m sglang_ssd.sharegpt            # counts of each part and what the reader dropped
+    python -m sglang_ssd.sharegpt --write-bench F   # the held-out part as a bench_serving file
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ PARTS = ("train", "held_out")
 class ShareGPTPrompt:
     id: str
     prompt: str
+    reply: str = ""  # the first answer in the file (bench_serving's output length when not fixed)
 
 
 def dataset_file() -> Path:
@@ -105,7 +107,8 @@ def _split(path: str) -> dict[str, tuple[ShareGPTPrompt, ...]]:
             continue
         if MIN_CHARS <= len(prompt) <= MAX_CHARS:
             seen.add(cid)
-            eligible.append(ShareGPTPrompt(cid, prompt))
+            reply = conv["conversations"][1].get("value")
+            eligible.append(ShareGPTPrompt(cid, prompt, reply if isinstance(reply, str) else ""))
     eligible.sort(key=lambda p: _key(p.id))
     print(f"sglang_ssd: ShareGPT: {len(convs)} complete conversations read, the last {cut} bytes dropped "
           f"(the packaged file is cut short); {len(eligible)} eligible first-turn prompts", file=sys.stderr)  # fmt: skip
@@ -122,10 +125,30 @@ def load_sharegpt(part: str, limit: int | None = None, path: str | Path | None =
     return list(prompts if limit is None else prompts[:limit])
 
 
+def write_bench_file(out: str | Path, part: str = "held_out", path: str | Path | None = None) -> int:
+    """Write ``part``'s conversations (first turn and first reply) as a complete ShareGPT JSON file,
+    what ``bench_serving --dataset-name sharegpt --dataset-path`` reads; returns their number.
+
+    The benchmarks use the held-out part: the draft never trained on it, so served acceptance on it
+    says what a user's prompts would see, while the packaged file's other prompts are training data."""
+    rows = [{"id": p.id, "conversations": [{"from": "human", "value": p.prompt}, {"from": "gpt", "value": p.reply}]}
+            for p in load_sharegpt(part, path=path)]  # fmt: skip
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")
+    return len(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="ShareGPT first-turn prompts: the fixed train / held-out split")
     ap.add_argument("--path", type=Path, default=None, help="a ShareGPT JSON file (default: the packaged one)")
+    ap.add_argument("--write-bench", type=Path, default=None, metavar="FILE",
+                    help="write the held-out conversations as a bench_serving ShareGPT file and exit")
     args = ap.parse_args(argv)
+    if args.write_bench:
+        n = write_bench_file(args.write_bench, path=args.path)
+        print(f"{args.write_bench}: {n} held-out conversations (bench_serving --dataset-name sharegpt)")
+        return 0
     for part in PARTS:
         prompts = load_sharegpt(part, path=args.path)
         lengths = sorted(len(p.prompt) for p in prompts)

@@ -62,3 +62,23 @@ def test_packaged_file_has_the_documented_split():
     train = load_sharegpt("train")
     assert len(held) == HELD_OUT and len(train) > 9000
     assert not {p.id for p in held} & {p.id for p in train}
+
+
+def test_bench_file_is_the_held_out_part_in_bench_servings_format(small_file, tmp_path):
+    from sglang.benchmark.datasets.sharegpt import sample_sharegpt_requests
+
+    out = tmp_path / "bench.json"
+    assert sharegpt.write_bench_file(out, path=small_file) == HELD_OUT
+    rows = json.loads(out.read_text())  # complete JSON, unlike the packaged file
+    held = load_sharegpt("held_out", path=small_file)
+    assert [r["id"] for r in rows] == [p.id for p in held]
+    assert all(r["conversations"][1] == {"from": "gpt", "value": "ok"} for r in rows)
+
+    class Tok:  # bench_serving only needs encode() from its tokenizer here
+        bos_token = None
+
+        def encode(self, text):
+            return text.split()
+
+    got = sample_sharegpt_requests(str(out), 8, Tok(), fixed_output_len=16)
+    assert len(got) == 8 and {r.prompt for r in got} <= {p.prompt for p in held}
