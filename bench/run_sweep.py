@@ -237,9 +237,29 @@ def headline(records: list[dict]) -> list[str]:
             if deep in at and flat in at:
                 lines.append(f"3-level {deep.upper()}/{flat.upper()} (T={t:g}, c=1) = "
                              f"{at[deep]['output_throughput'] / at[flat]['output_throughput']:.2f}")
+    lines += draft_lines(records)
     lines += auto_k_lines(records)
     lines += route_lines(records)
     return lines
+
+
+def draft_lines(records: list[dict]) -> list[str]:
+    """Each `NAME~old` configuration (the old draft) next to NAME (the current one) and AR at every
+    point: served α, hit rate, tokens per round, throughput over AR."""
+    out = []
+    at = {(r["config"], r["temperature"], r["concurrency"]): r for r in records}
+    for (name, t, c), old in sorted(at.items()):
+        base, _, tag = name.partition("~")
+        new, ar = at.get((base, t, c)), at.get(("ar", t, c))
+        if tag != "old" or not new:
+            continue
+        line = f"draft {base} T={t:g} c={c}:"
+        for label, r in (("new", new), ("old", old)):
+            line += (f" {label} α {r.get('alpha', 0):.2f}, hit {r.get('hit_rate', 0):.2f}, "
+                     f"{r.get('accept_length') or 0:.2f} tokens/round, {r['output_throughput']:.1f} tok/s")
+            line += f" ({r['output_throughput'] / ar['output_throughput']:.2f}x AR);" if ar else ";"
+        out.append(line.rstrip(";"))
+    return out
 
 
 def route_lines(records: list[dict]) -> list[str]:
@@ -336,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calibration", default=None,
                     help="bench/calibrate.py JSON: also compare every record with the planner's prediction")
     ap.add_argument("--budget", default="12")
+    ap.add_argument("--old-draft", default=None,
+                    help="a second draft folder: configuration NAME~old (e.g. ssd~old) runs NAME with it")
     ap.add_argument("--dataset", choices=("prompts", "sharegpt"), default="prompts",
                     help="prompts: the project's 200-prompt set; sharegpt: the held-out ShareGPT conversations "
                          "(bench_serving --dataset-name sharegpt)")
@@ -363,6 +385,15 @@ def main(argv: list[str] | None = None) -> int:
         if route and base in all_cfgs and route in cpu_linear.ROUTES:
             extra, meta = all_cfgs[base]
             all_cfgs[n] = (extra, {**meta, "linear_route": route})
+    # `NAME~old` runs configuration NAME with --old-draft instead of --draft (a draft A/B in one run).
+    if args.old_draft:
+        old_cfgs = configs(args.old_draft, args.k, args.budget, args.ablations,
+                           [x for x in args.k_variants.split(",") if x])
+        for n in names:
+            base, _, tag = n.partition("~")
+            if tag == "old" and base in old_cfgs:
+                extra, meta = old_cfgs[base]
+                all_cfgs[n] = (extra, {**meta, "draft": "old"})
     unknown = [n for n in names if n not in all_cfgs]
     if unknown:
         print(f"error: --configs: unknown configuration {unknown[0]!r} (known: {', '.join(all_cfgs)})",
