@@ -19,9 +19,9 @@ Pipeline (one thread, fixed seeds; the same arguments give the same weights):
    AdamW, linear warm-up then cosine decay, fp32 (`--bf16`: bf16 autocast matmuls, fp32 master weights).
 4. Writes every trained tensor (layers, norm, head unless frozen) and the token ids in bf16 to --out;
    the embedding and frozen parts are not written (draft_build.py takes them from the target).
-Shipped configuration (the defaults, with `--bf16`): target layers 0, 1, 29 as the three student layers
-(all trained), frozen 8192-row head, 2 data parts (1024 prompts, 116k answer tokens), 600 steps of 8
-sequences.
+Shipped configuration: weights/draft_weights.json holds the exact command and its report (target
+layers 0, 1, 2, 29 as four trained student layers, a trained 8192-row head, the template and cached
+ShareGPT parts, 700 steps of 16 sequences with the last 64 prompt tokens each, fp32).
 """
 
 from __future__ import annotations

@@ -83,7 +83,7 @@ def test_build_is_consistent_and_idempotent(draft_dir):
     assert cfg["vocab_size"] == target_cfg["vocab_size"]
     assert cfg["hidden_size"] == target_cfg["hidden_size"]
     assert cfg["tie_word_embeddings"] is False
-    assert DEFAULT_WEIGHTS.stat().st_size < 25e6
+    assert DEFAULT_WEIGHTS.stat().st_size < 45e6  # bf16: 4 layers and a trained 8192-row head, 38 MB
     stamp = (draft_dir / "model.safetensors").stat().st_mtime_ns
     assert build(TARGET, draft_dir) == draft_dir
     assert (draft_dir / "model.safetensors").stat().st_mtime_ns == stamp  # nothing rewritten
