@@ -372,10 +372,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     out.mkdir(parents=True, exist_ok=True)
     dataset = prepare_dataset(args.dataset, out)
-    all_cfgs = configs(args.draft, args.k, args.budget, args.ablations,
-                       [x for x in args.k_variants.split(",") if x])
+    k_variants = [x for x in args.k_variants.split(",") if x]
+    all_cfgs = configs(args.draft, args.k, args.budget, args.ablations, k_variants)
     names = [n for n in args.configs.split(",") if n]
-    names += [f"ssd_k{k}" for k in args.k_variants.split(",") if k and f"ssd_k{k}" not in names]
+    names += [f"ssd_k{k}" for k in k_variants if f"ssd_k{k}" not in names]
     if args.ablations:
         names += [n for n in all_cfgs if n.startswith("ssd_") and n not in names]
     # `NAME@ROUTE` runs configuration NAME with the CPU linear route ROUTE (e.g. `ar@torch`: today's
@@ -387,8 +387,7 @@ def main(argv: list[str] | None = None) -> int:
             all_cfgs[n] = (extra, {**meta, "linear_route": route})
     # `NAME~old` runs configuration NAME with --old-draft instead of --draft (a draft A/B in one run).
     if args.old_draft:
-        old_cfgs = configs(args.old_draft, args.k, args.budget, args.ablations,
-                           [x for x in args.k_variants.split(",") if x])
+        old_cfgs = configs(args.old_draft, args.k, args.budget, args.ablations, k_variants)
         for n in names:
             base, _, tag = n.partition("~")
             if tag == "old" and base in old_cfgs:

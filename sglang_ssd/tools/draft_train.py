@@ -195,15 +195,21 @@ def lr_schedule(args):
     return lr_at
 
 
+def scored_loss(student, ids, att, rows, t_logits, bf16: bool, hard_weight: float):
+    """The student's forward and distill_loss, with the head run on scored (answer) positions only:
+    most positions are prompt, and the head is the largest matrix."""
+    scored = (rows >= 0).any(-1)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        hidden = student.model(input_ids=ids, attention_mask=att).last_hidden_state
+        sub = student.lm_head.sub_logits(hidden[scored])
+    return distill_loss(sub, rows[scored], t_logits[scored], hard_weight)
+
+
 def train_step(student, opt, params, batch: list[dict], pad_id: int, lr: float, args) -> tuple[float, float]:
     ids, att, rows, t_logits = collate(batch, pad_id)
     for g in opt.param_groups:
         g["lr"] = lr
-    scored = (rows >= 0).any(-1)  # the head runs on answer positions only: most positions are prompt
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
-        hidden = student.model(input_ids=ids, attention_mask=att).last_hidden_state
-        sub = student.lm_head.sub_logits(hidden[scored])
-    loss, agree = distill_loss(sub, rows[scored], t_logits[scored], args.hard_weight)
+    loss, agree = scored_loss(student, ids, att, rows, t_logits, args.bf16, args.hard_weight)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -301,11 +307,7 @@ def validate(student, val: list[dict], pad_id: int, bf16: bool, batch: int = 16)
     losses, agrees = [], []
     for i in range(0, len(val), batch):
         ids, att, rows, t_logits = collate(val[i: i + batch], pad_id)
-        scored = (rows >= 0).any(-1)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            hidden = student.model(input_ids=ids, attention_mask=att).last_hidden_state
-            sub = student.lm_head.sub_logits(hidden[scored])
-        loss, agree = distill_loss(sub, rows[scored], t_logits[scored], 0.0)
+        loss, agree = scored_loss(student, ids, att, rows, t_logits, bf16, 0.0)
         losses.append(loss.item())
         agrees.append(agree.item())
     student.train()
