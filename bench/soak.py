@@ -9,7 +9,9 @@ Two parts, one run, servers resident together (target on core 0, draft servers o
 2. **The soak**: SSD ``--ssd-k auto`` for ``--minutes``, requests arriving as a Poisson process at the
    rate its own c = 64 run served (so the 64 slots stay full), at most 64 in flight. Checks: every
    request completes; the outputs of the requests AR also ran are AR's; the scheduler's and the draft
-   server's resident memory after the first minute grows by less than 5 %; afterwards the draft server
+   server's resident memory after the first minute grows by less than 5 % (the draft server's outside its
+   KV pool, whose pages become resident as they are first handed out, up to the pool's fixed size; the
+   pool's touched part is reported beside it); afterwards the draft server
    holds no request and no KV slot, and its speculation cache stayed within its cap.
 
 Results go to ``bench/results/soak/`` (JSON and markdown) and the block between the soak markers in
@@ -62,13 +64,18 @@ def write_dataset(path: Path, rows: int) -> int:
     return len(mixed)
 
 
+POOL = "draft KV pool"  # the pool's touched bytes, sampled from the draft server's stats
+
+
 class RSSMonitor:
     """Resident memory of the scheduler and the draft server (descendants of the launcher), sampled
-    every ``every_s`` seconds in a thread."""
+    every ``every_s`` seconds in a thread; the draft server's is counted outside its KV pool's touched
+    part, which is sampled as an entry of its own (``POOL``)."""
 
     def __init__(self, server: SGLangServer, every_s: float = 2.0) -> None:
         import psutil
 
+        self.server = server
         self.procs: dict[str, psutil.Process] = {}
         for p in psutil.Process(server.proc.pid).children(recursive=True):
             cmd = " ".join(p.cmdline())
@@ -83,8 +90,16 @@ class RSSMonitor:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.samples.append((time.monotonic(), {n: p.memory_info().rss for n, p in self.procs.items()}))
+            sample = {n: p.memory_info().rss for n, p in self.procs.items()}
+            if "draft server" in sample:
+                sample[POOL] = ssd_state(self.server)["ssd_draft_server"].get("kv_pool_touched_bytes", 0)
+                sample["draft server"] -= sample[POOL]
+            self.samples.append((time.monotonic(), sample))
             self._stop.wait(self.every_s)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.samples[0][1]) if self.samples else list(self.procs)
 
     def __enter__(self) -> RSSMonitor:
         self._thread.start()
@@ -98,7 +113,7 @@ class RSSMonitor:
         """Per process: (seconds since the first sample, RSS in MB), thinned to about ``points``."""
         t0, step = self.samples[0][0], max(1, len(self.samples) // points)
         kept = self.samples[::step] + ([self.samples[-1]] if (len(self.samples) - 1) % step else [])
-        return {n: [(round(t - t0, 1), round(s[n] / 2**20, 1)) for t, s in kept] for n in self.procs}
+        return {n: [(round(t - t0, 1), round(s[n] / 2**20, 1)) for t, s in kept] for n in self.names}
 
     def slopes_after(self, warmup_s: float) -> dict[str, dict[str, float]]:
         """Per process, MB per minute (least squares) over the whole soak after warm-up and over its
@@ -116,14 +131,17 @@ class RSSMonitor:
 
         tail = warm[len(warm) * 2 // 3:]
         return {n: {"after_warmup": round(slope(warm, n), 2), "last_third": round(slope(tail, n), 2)}
-                for n in self.procs}
+                for n in self.names}
 
     def growth_after(self, warmup_s: float) -> dict[str, float]:
         """Per process: last sample / first sample after ``warmup_s`` seconds, minus 1."""
-        t0 = self.samples[0][0]
-        warm = next(s for t, s in self.samples if t - t0 >= warmup_s)
-        last = self.samples[-1][1]
+        warm, last = self.after(warmup_s), self.samples[-1][1]
         return {n: last[n] / warm[n] - 1 for n in self.procs}
+
+    def after(self, warmup_s: float) -> dict[str, int]:
+        """The first sample after ``warmup_s`` seconds."""
+        t0 = self.samples[0][0]
+        return next(s for t, s in self.samples if t - t0 >= warmup_s)
 
 
 def latency_record(name: str, conc: int, bench: dict) -> dict:
@@ -229,6 +247,9 @@ def soak(server: SGLangServer, dataset: Path, args, texts: dict, latency: list[d
         "config": SOAK_CONFIG, "requests": n, "completed": bench["completed"], "failed": failed,
         "minutes": round(minutes, 2), "request_rate": round(rate, 3), "concurrency": args.concurrency,
         "rss_growth": {k: round(v, 4) for k, v in growth.items()},
+        "draft_kv_pool_touched_mb": [round(rss.after(args.warmup_minutes * 60).get(POOL, 0) / 2**20, 1),
+                                     round(rss.samples[-1][1].get(POOL, 0) / 2**20, 1)],
+        "draft_kv_pool_mb": round(draft.get("kv_pool_bytes", 0) / 2**20, 1),
         "rss_samples": len(rss.samples), "rss_mb_per_min": rss.slopes_after(args.warmup_minutes * 60),
         "rss_series_mb": rss.series(), "equal_to_ar": equal, "compared_to_ar": compared,
         "draft_requests_open": draft.get("requests_open"), "draft_kv_slots_used": draft.get("kv_slots_used"),
@@ -254,6 +275,10 @@ def markdown(result: dict) -> str:
         f"soak: {s['completed']} requests in {s['minutes']:.1f} min at concurrency {s['concurrency']}, {s['failed']} "
         f"failed, RSS growth scheduler {100 * g.get('scheduler', float('nan')):.1f} %, draft server "
         f"{100 * g.get('draft server', float('nan')):.1f} %",
+        "",
+        "The draft server's growth is outside its KV pool: the pool's touched part went "
+        f"{s.get('draft_kv_pool_touched_mb', ['?', '?'])[0]} -> {s.get('draft_kv_pool_touched_mb', ['?', '?'])[1]} MB "
+        f"after warm-up, of {s.get('draft_kv_pool_mb', '?')} MB reserved.",
         "",
         "RSS slope after warm-up, MB/min (whole / last third): " + ", ".join(
             f"{k} {v['after_warmup']:+.1f} / {v['last_third']:+.1f}" for k, v in s.get("rss_mb_per_min", {}).items())

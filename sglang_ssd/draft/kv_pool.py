@@ -39,12 +39,18 @@ class KVPool:
         self.v = torch.empty(shape, dtype=dtype, device=device)
         self._free: list[tuple[int, int]] = [(0, self.num_slots)]  # sorted (start, length)
         self.used_slots = 0
+        self.high_water = 0  # end of the furthest slot ever handed out: the pool's touched part
 
     def round_up(self, n: int) -> int:
         return -(-n // self.page_size) * self.page_size
 
     def nbytes(self) -> int:
         return 2 * self.k.numel() * self.k.element_size()
+
+    def touched_bytes(self) -> int:
+        """Bytes of K and V written so far (pages past the high-water mark were never touched, so on a
+        CPU they are not resident): it grows toward ``nbytes()`` as the pool fills, then stays."""
+        return self.nbytes() * self.high_water // self.num_slots
 
     def alloc(self, n: int) -> tuple[int, int]:
         """A free extent of at least ``n`` slots: (start, length)."""
@@ -97,6 +103,7 @@ class KVPool:
 
     def _zero(self, start: int, n: int) -> None:
         # Masked-out slots inside an attention window are still read; they must hold finite values.
+        self.high_water = max(self.high_water, start + n)
         self.k[:, start : start + n].zero_()
         self.v[:, start : start + n].zero_()
 

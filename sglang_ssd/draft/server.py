@@ -147,6 +147,7 @@ class DraftServer:
             kv_slots_used=pool.used_slots,
             kv_slots_total=pool.num_slots,
             kv_pool_bytes=pool.nbytes(),
+            kv_pool_touched_bytes=pool.touched_bytes(),
             # the speculation cache is one table allocated at start, within --cache-mem-mb
             spec_cache_bytes=eng.store.nbytes(),
             spec_cache_cap_bytes=int(eng.cfg.cache_mem_mb * (1 << 20)),

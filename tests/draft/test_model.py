@@ -110,9 +110,13 @@ def test_kv_pool_allocator(tiny_llama):
     assert pool.grow(*b2, need=32, keep=0)[0] == b2[0]
     with pytest.raises(PoolExhausted):
         pool.alloc(10_000)
+    # the touched part ends where the moved extent a2 ends, and releasing does not untouch it
+    assert pool.high_water == a2[0] + a2[1]
+    assert pool.touched_bytes() == pool.nbytes() * (a2[0] + a2[1]) // 256
     pool.release(*a2)
     pool.release(b2[0], 32)
     assert pool.used_slots == 0 and pool.free_slots() == 256 and len(pool._free) == 1
+    assert pool.high_water == a2[0] + a2[1]
 
 
 def test_target_folder_loads_and_matches_transformers():
