@@ -3,11 +3,16 @@
 Every configuration's server is started once (target pinned to core 0; draft server on core 1, or on
 core 0 for "SD co-located"), then the runs are interleaved: for each (temperature, concurrency) every
 configuration runs `python -m sglang.bench_serving` on the project's prompt set before the next
-point. Each run's bench_serving record is joined with the server's SSD counters (deltas over the
-run) and written to JSONL; a markdown table, a Pareto plot (PNG) and the headline ratios follow.
+point, and the whole pass is repeated ``--repeats`` times (default 2), so drift and noise show up as
+the spread between repeats. A point runs ``--num-prompts`` requests (default 32) at concurrency < 4
+and twice as many from 4 up. Each run's bench_serving record is joined with the server's SSD counters
+(deltas over the run) and written to JSONL; the repeats are merged (means, with their min–max
+spread) into a markdown table, a plot in SGLang's convention (output throughput against median TPOT,
+one line per configuration, points labelled with their concurrency, error bars from the repeats) and
+the headline ratios, each compared with the run's noise band.
 
-    python bench/run_sweep.py [--concurrency 1,2,4,8] [--temperatures 0,0.7] [--num-prompts 16]
-                              [--output-len 64] [--configs ar,sd_coloc,sd,ssd] [--ablations]
+    python bench/run_sweep.py [--concurrency 1,2,4,8] [--temperatures 0,0.7] [--num-prompts 32]
+                              [--repeats 2] [--output-len 64] [--configs ar,sd_coloc,sd,ssd] [--ablations]
                               [--dataset prompts|sharegpt] [--out DIR]
 
 `make bench` runs it twice: on the project's prompt set (bench/results) and on the held-out ShareGPT
@@ -195,7 +200,7 @@ def per_k_counts(before: dict, after: dict) -> dict:
 
 
 def table(records: list[dict]) -> str:
-    head = ("| config | T | conc | tok/s (agg) | tok/s/req | TTFT ms | TPOT ms | accept len | α | hit | backup |\n"
+    head = ("| config | T | conc | tok/s (agg; repeats' range) | tok/s/req | TTFT ms | TPOT ms | accept len | α | hit | backup |\n"
             "|---|---|---|---|---|---|---|---|---|---|---|")
     rows = []
     def cell(r: dict, key: str, fmt: str = "{:.2f}") -> str:
@@ -205,7 +210,10 @@ def table(records: list[dict]) -> str:
     for r in records:
         def f(key, fmt="{:.2f}", r=r):
             return cell(r, key, fmt)
-        rows.append(f"| {r['config']} | {r['temperature']} | {r['concurrency']} | {f('output_throughput', '{:.1f}')} | "
+        tps = f('output_throughput', '{:.1f}')
+        if len(r.get("runs", [])) > 1:
+            tps += f" ({min(t for t, _ in r['runs']):.1f}–{max(t for t, _ in r['runs']):.1f})"
+        rows.append(f"| {r['config']} | {r['temperature']} | {r['concurrency']} | {tps} | "
                     f"{f('per_request_tps', '{:.1f}')} | {f('median_ttft_ms', '{:.0f}')} | {f('median_tpot_ms', '{:.0f}')} | "
                     f"{f('accept_length')} | {f('alpha')} | {f('hit_rate')} | {f('backup_rate')} |")
     return "\n".join([head, *rows])
@@ -320,21 +328,34 @@ def auto_k_lines(records: list[dict]) -> list[str]:
 
 
 def plot(records: list[dict], path: Path) -> None:
+    """SGLang's convention: output throughput against median TPOT, one line per configuration joined
+    in concurrency order, each point labelled with its concurrency; error bars span the repeats."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
-    for ax, temp in zip(axes, sorted({r["temperature"] for r in records})):
+    temps = sorted({r["temperature"] for r in records})
+    fig, axes = plt.subplots(1, len(temps), figsize=(5.5 * len(temps), 4.5), squeeze=False)
+    for ax, temp in zip(axes[0], temps):
         for name in dict.fromkeys(r["config"] for r in records):
-            pts = sorted((r["per_request_tps"], r["output_throughput"]) for r in records
-                         if r["config"] == name and r["temperature"] == temp and r.get("per_request_tps"))
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
-        ax.set_xlabel("tokens/s per request (latency →)")
-        ax.set_ylabel("aggregate tokens/s")
-        ax.set_title(f"T = {temp}")
+            pts = sorted((r for r in records if r["config"] == name and r["temperature"] == temp
+                          and r.get("median_tpot_ms")), key=lambda r: r["concurrency"])
+            if not pts:
+                continue
+            xs, ys = [r["median_tpot_ms"] for r in pts], [r["output_throughput"] for r in pts]
+            runs = [r.get("runs") or [(r["output_throughput"], r["median_tpot_ms"])] for r in pts]
+            xerr = [[x - min(b for _, b in rs if b) for x, rs in zip(xs, runs)],
+                    [max(b for _, b in rs if b) - x for x, rs in zip(xs, runs)]]
+            yerr = [[y - min(a for a, _ in rs) for y, rs in zip(ys, runs)],
+                    [max(a for a, _ in rs) - y for y, rs in zip(ys, runs)]]
+            line = ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, marker="o", capsize=3, label=name)
+            for r, x, y in zip(pts, xs, ys):
+                ax.annotate(f"{r['concurrency']:g}", (x, y), textcoords="offset points", xytext=(4, 4),
+                            fontsize=7, color=line[0].get_color())
+        ax.set_xlabel("median TPOT, ms (latency →)")
+        ax.set_ylabel("output throughput, tokens/s")
+        ax.set_title(f"T = {temp} (labels: concurrency)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -347,7 +368,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--draft", default=str(ROOT / "models" / "draft"))
     ap.add_argument("--concurrency", default="1,2,4,8")
     ap.add_argument("--temperatures", default="0,0.7")
-    ap.add_argument("--num-prompts", type=int, default=16)
+    ap.add_argument("--num-prompts", type=int, default=32,
+                    help="requests per point at concurrency < 4 (twice as many from 4 up)")
+    ap.add_argument("--repeats", type=int, default=2, help="passes over every point, interleaved")
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--configs", default="ar,ar_repeat,sd_coloc,sd,ssd,ssd_kauto,sd3,ssd3")
     ap.add_argument("--ablations", action="store_true")
@@ -412,9 +435,9 @@ def main(argv: list[str] | None = None) -> int:
                                          cpu_cores={0}, log_path=f"/tmp/sweep_{name}.log",
                                          env={cpu_linear.ENV: route} if route else None).start()
         points = [(float(t), int(c)) for t in args.temperatures.split(",") for c in args.concurrency.split(",")]
-        total, done, t0 = len(points) * len(names), 0, time.perf_counter()
+        total, done, t0 = len(points) * len(names) * args.repeats, 0, time.perf_counter()
         with jsonl.open("w") as f:
-            for temp, conc in points:
+            for rep, (temp, conc) in ((r, p) for r in range(args.repeats) for p in points):
                 for name in names:
                     meta = {k: v for k, v in all_cfgs[name][1].items() if k != "t_min"}
                     if temp < all_cfgs[name][1].get("t_min", 0.0):
@@ -423,20 +446,22 @@ def main(argv: list[str] | None = None) -> int:
                     warm_up(server, temp)
                     before = ssd_state(server)
                     try:
-                        bench = run_bench(server, dataset, args.target, conc, temp, args.num_prompts, args.output_len)
+                        bench = run_bench(server, dataset, args.target, conc, temp,
+                                          requests_at(conc, args.num_prompts), args.output_len)
                     except RuntimeError as e:  # keep the rest of the sweep; the gap shows in the table
                         print(f"  {name} T={temp} c={conc}: FAILED: {e}", flush=True)
                         done += 1
                         continue
                     rec = summarize(name, bench, before, ssd_state(server),
                                     {"temperature": temp, "concurrency": conc, "output_len": args.output_len,
-                                     "dataset": args.dataset, **meta})
+                                     "dataset": args.dataset, "repeat": rep, **meta})
                     records.append(rec)
                     f.write(json.dumps(rec) + "\n")
                     f.flush()
                     done += 1
                     eta = (time.perf_counter() - t0) / done * (total - done)
-                    print(f"  [{done}/{total}] {name} T={temp} c={conc}: {rec['output_throughput']:.1f} tok/s "
+                    print(f"  [{done}/{total}] repeat {rep + 1} {name} T={temp} c={conc}: "
+                          f"{rec['output_throughput']:.1f} tok/s "
                           f"(ETA {eta / 60:.0f} min)", flush=True)
     finally:
         for s in servers.values():
@@ -445,11 +470,65 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def requests_at(concurrency: int, num_prompts: int) -> int:
+    """Requests per point: enough for every slot to turn over several times."""
+    return num_prompts if concurrency < 4 else 2 * num_prompts
+
+
+def merge_repeats(records: list[dict]) -> list[dict]:
+    """One record per (config, T, c): numeric fields that differ averaged over the repeats; ``runs`` holds each
+    repeat's (output throughput, median TPOT), the error bars' source. Runs without a ``repeat`` field
+    (older sweeps) count as one repeat each."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        groups.setdefault((r["config"], r["temperature"], r["concurrency"]), []).append(r)
+    merged = []
+    for runs in groups.values():
+        rec = dict(runs[0])
+        for key in runs[0]:
+            vals = [r.get(key) for r in runs]
+            numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in vals)
+            if numeric and len(set(vals)) > 1:
+                rec[key] = sum(vals) / len(vals)
+        rec["runs"] = [(r["output_throughput"], r.get("median_tpot_ms")) for r in runs]
+        rec.pop("repeat", None)
+        merged.append(rec)
+    return merged
+
+
+def spread(rec: dict) -> float:
+    """Relative range of a merged record's throughput over its repeats ((max − min) / mean; 0 for one)."""
+    tps = [t for t, _ in rec.get("runs", [])]
+    return (max(tps) - min(tps)) / (sum(tps) / len(tps)) if len(tps) > 1 else 0.0
+
+
+def noise_lines(merged: list[dict]) -> list[str]:
+    """SSD, SD and auto-K against AR at every point, each ratio judged against the noise band there:
+    the larger repeat spread of the two configurations, and the AR-repeat band when the run has one.
+    A ratio inside the band is parity."""
+    out = []
+    at = {(r["config"], r["temperature"], r["concurrency"]): r for r in merged}
+    ar_band = max((abs(at[("ar_repeat", t, c)]["output_throughput"] / r["output_throughput"] - 1)
+                   for (n, t, c), r in at.items() if n == "ar" and ("ar_repeat", t, c) in at), default=0.0)
+    for (name, t, c), r in sorted(at.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0])):
+        ar = at.get(("ar", t, c))
+        if name not in ("sd", "ssd", "ssd_kauto") or not ar:
+            continue
+        ratio = r["output_throughput"] / ar["output_throughput"]
+        band = max(spread(r), spread(ar), ar_band)
+        verdict = ("parity (inside the band)" if abs(ratio - 1) <= band
+                   else "faster than AR" if ratio > 1 else "slower than AR")
+        out.append(f"{name}/AR T={t:g} c={c} = {ratio:.2f} over {len(r['runs'])} repeats "
+                   f"(band {100 * band:.1f} %): {verdict}")
+    return out
+
+
 def render(records: list[dict], out: Path, calibration: str | None) -> None:
-    md = table(records)
-    lines = headline(records)
+    merged = merge_repeats(records)
+    md = table(merged)
+    lines = headline(merged) + noise_lines(merged)
     (out / "sweep.md").write_text(md + "\n\n" + "\n".join(lines) + "\n")
-    plot(records, out / "pareto.png")
+    plot(merged, out / "pareto.png")
     print(md)
     print("\n".join(lines))
     if calibration:

@@ -1,0 +1,40 @@
+"""The sweep's merging of repeats and its noise-band verdicts (bench/run_sweep.py, pure functions)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.run_sweep import merge_repeats, noise_lines, requests_at, spread  # noqa: E402
+
+
+def _rec(config: str, tps: float, repeat: int, c: int = 1) -> dict:
+    return {"config": config, "temperature": 0.0, "concurrency": c, "k": 4, "repeat": repeat,
+            "output_throughput": tps, "median_tpot_ms": 1000.0 / tps, "k_hist": {"1": 3}}  # fmt: skip
+
+
+def test_repeats_merge_into_means_with_their_runs():
+    merged = merge_repeats([_rec("ar", 10.0, 0), _rec("ssd", 12.0, 0), _rec("ar", 12.0, 1), _rec("ssd", 14.0, 1)])
+    by = {r["config"]: r for r in merged}
+    assert set(by) == {"ar", "ssd"} and by["ar"]["output_throughput"] == 11.0
+    assert by["ssd"]["runs"] == [(12.0, 1000.0 / 12.0), (14.0, 1000.0 / 14.0)]
+    # fields equal in every repeat keep their type; non-numeric ones are taken from the first
+    assert by["ar"]["concurrency"] == 1 and isinstance(by["ar"]["concurrency"], int) and by["ar"]["k_hist"] == {"1": 3}
+    assert "repeat" not in by["ar"] and abs(spread(by["ar"]) - 2.0 / 11.0) < 1e-12
+
+
+def test_a_ratio_inside_the_band_is_parity_and_outside_it_is_not():
+    # ssd beats AR by 8 % while AR's repeats differ by 18 %: parity
+    loud = noise_lines(merge_repeats([_rec("ar", 10.0, 0), _rec("ar", 12.0, 1), _rec("ssd", 11.9, 0),
+                                      _rec("ssd", 11.9, 1)]))  # fmt: skip
+    assert loud == ["ssd/AR T=0 c=1 = 1.08 over 2 repeats (band 18.2 %): parity (inside the band)"]
+    # the same 8 % with tight repeats is a real difference
+    quiet = noise_lines(merge_repeats([_rec("ar", 11.0, 0), _rec("ar", 11.0, 1), _rec("ssd", 11.9, 0),
+                                       _rec("ssd", 11.9, 1)]))  # fmt: skip
+    assert quiet[0].endswith("faster than AR")
+
+
+def test_points_from_concurrency_4_run_twice_the_requests():
+    assert [requests_at(c, 32) for c in (1, 2, 4, 8)] == [32, 32, 64, 64]
