@@ -211,8 +211,8 @@ def table(records: list[dict]) -> str:
         def f(key, fmt="{:.2f}", r=r):
             return cell(r, key, fmt)
         tps = f('output_throughput', '{:.1f}')
-        if len(r.get("runs", [])) > 1:
-            tps += f" ({min(t for t, _ in r['runs']):.1f}–{max(t for t, _ in r['runs']):.1f})"
+        if len(r.get("samples", [])) > 1:
+            tps += f" ({min(t for t, _ in r['samples']):.1f}–{max(t for t, _ in r['samples']):.1f})"
         rows.append(f"| {r['config']} | {r['temperature']} | {r['concurrency']} | {tps} | "
                     f"{f('per_request_tps', '{:.1f}')} | {f('median_ttft_ms', '{:.0f}')} | {f('median_tpot_ms', '{:.0f}')} | "
                     f"{f('accept_length')} | {f('alpha')} | {f('hit_rate')} | {f('backup_rate')} |")
@@ -336,6 +336,8 @@ def plot(records: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     temps = sorted({r["temperature"] for r in records})
+    if not temps:
+        return
     fig, axes = plt.subplots(1, len(temps), figsize=(5.5 * len(temps), 4.5), squeeze=False)
     for ax, temp in zip(axes[0], temps):
         for name in dict.fromkeys(r["config"] for r in records):
@@ -344,11 +346,10 @@ def plot(records: list[dict], path: Path) -> None:
             if not pts:
                 continue
             xs, ys = [r["median_tpot_ms"] for r in pts], [r["output_throughput"] for r in pts]
-            runs = [r.get("runs") or [(r["output_throughput"], r["median_tpot_ms"])] for r in pts]
-            xerr = [[x - min(b for _, b in rs if b) for x, rs in zip(xs, runs)],
-                    [max(b for _, b in rs if b) - x for x, rs in zip(xs, runs)]]
-            yerr = [[y - min(a for a, _ in rs) for y, rs in zip(ys, runs)],
-                    [max(a for a, _ in rs) - y for y, rs in zip(ys, runs)]]
+            tpots = [[b for _, b in r.get("samples", []) if b is not None] or [x] for r, x in zip(pts, xs)]
+            tps = [[a for a, _ in r.get("samples", [])] or [y] for r, y in zip(pts, ys)]
+            xerr = [[max(0.0, x - min(b)) for x, b in zip(xs, tpots)], [max(0.0, max(b) - x) for x, b in zip(xs, tpots)]]
+            yerr = [[max(0.0, y - min(a)) for y, a in zip(ys, tps)], [max(0.0, max(a) - y) for y, a in zip(ys, tps)]]
             line = ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, marker="o", capsize=3, label=name)
             for r, x, y in zip(pts, xs, ys):
                 ax.annotate(f"{r['concurrency']:g}", (x, y), textcoords="offset points", xytext=(4, 4),
@@ -388,6 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--render-only", action="store_true",
                     help="rebuild the table, plot, headline and planner check from --out's sweep.jsonl")
     args = ap.parse_args(argv)
+    if args.repeats < 1 or args.num_prompts < 1:
+        ap.error("--repeats and --num-prompts must be at least 1")
     out = Path(args.out)
     if args.render_only:
         records = [json.loads(ln) for ln in (out / "sweep.jsonl").read_text().splitlines() if ln.strip()]
@@ -471,26 +474,27 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def requests_at(concurrency: int, num_prompts: int) -> int:
-    """Requests per point: enough for every slot to turn over several times."""
+    """Requests per point: 32 below concurrency 4, 64 from 4 up (with the defaults), so that at the
+    sweep's concurrencies (≤ 8) every slot serves several requests."""
     return num_prompts if concurrency < 4 else 2 * num_prompts
 
 
 def merge_repeats(records: list[dict]) -> list[dict]:
-    """One record per (config, T, c): numeric fields that differ averaged over the repeats; ``runs`` holds each
-    repeat's (output throughput, median TPOT), the error bars' source. Runs without a ``repeat`` field
-    (older sweeps) count as one repeat each."""
+    """One record per (config, T, c), averaged over its repeats the planner's way (``mean_of_runs``:
+    numbers over the repeats that have them, realized-k histograms summed, ``runs`` = how many);
+    ``samples`` holds each repeat's (output throughput, median TPOT), the error bars' source. A point
+    a repeat lacks (a failed run) keeps the repeats it has."""
+    from sglang_ssd.planner.sweep import mean_of_runs
+
     groups: dict[tuple, list[dict]] = {}
     for r in records:
         groups.setdefault((r["config"], r["temperature"], r["concurrency"]), []).append(r)
     merged = []
     for runs in groups.values():
-        rec = dict(runs[0])
-        for key in runs[0]:
-            vals = [r.get(key) for r in runs]
-            numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in vals)
-            if numeric and len(set(vals)) > 1:
-                rec[key] = sum(vals) / len(vals)
-        rec["runs"] = [(r["output_throughput"], r.get("median_tpot_ms")) for r in runs]
+        rec = mean_of_runs([[r] for r in runs])[0]
+        rec["samples"] = [(r["output_throughput"], r.get("median_tpot_ms")) for r in runs]
+        if rec.get("median_tpot_ms"):  # tokens/s per request of the mean TPOT, as in each run
+            rec["per_request_tps"] = 1000.0 / rec["median_tpot_ms"]
         rec.pop("repeat", None)
         merged.append(rec)
     return merged
@@ -498,7 +502,7 @@ def merge_repeats(records: list[dict]) -> list[dict]:
 
 def spread(rec: dict) -> float:
     """Relative range of a merged record's throughput over its repeats ((max − min) / mean; 0 for one)."""
-    tps = [t for t, _ in rec.get("runs", [])]
+    tps = [t for t, _ in rec.get("samples", [])]
     return (max(tps) - min(tps)) / (sum(tps) / len(tps)) if len(tps) > 1 else 0.0
 
 
@@ -508,18 +512,22 @@ def noise_lines(merged: list[dict]) -> list[str]:
     A ratio inside the band is parity."""
     out = []
     at = {(r["config"], r["temperature"], r["concurrency"]): r for r in merged}
-    ar_band = max((abs(at[("ar_repeat", t, c)]["output_throughput"] / r["output_throughput"] - 1)
-                   for (n, t, c), r in at.items() if n == "ar" and ("ar_repeat", t, c) in at), default=0.0)
+    ar_bands = [abs(at[("ar_repeat", t, c)]["output_throughput"] / r["output_throughput"] - 1)
+                for (n, t, c), r in at.items() if n == "ar" and ("ar_repeat", t, c) in at]
+    ar_band = max(ar_bands, default=0.0)
     for (name, t, c), r in sorted(at.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0])):
         ar = at.get(("ar", t, c))
         if name not in ("sd", "ssd", "ssd_kauto") or not ar:
             continue
         ratio = r["output_throughput"] / ar["output_throughput"]
         band = max(spread(r), spread(ar), ar_band)
+        head = f"{name}/AR T={t:g} c={c} = {ratio:.2f} over {len(r['samples'])} repeats"
+        if not ar_bands and len(r["samples"]) < 2 and len(ar["samples"]) < 2:  # nothing measured the noise
+            out.append(f"{head} (no noise band measured: not judged)")
+            continue
         verdict = ("parity (inside the band)" if abs(ratio - 1) <= band
                    else "faster than AR" if ratio > 1 else "slower than AR")
-        out.append(f"{name}/AR T={t:g} c={c} = {ratio:.2f} over {len(r['runs'])} repeats "
-                   f"(band {100 * band:.1f} %): {verdict}")
+        out.append(f"{head} (band {100 * band:.1f} %): {verdict}")
     return out
 
 
@@ -528,13 +536,15 @@ def render(records: list[dict], out: Path, calibration: str | None) -> None:
     md = table(merged)
     lines = headline(merged) + noise_lines(merged)
     (out / "sweep.md").write_text(md + "\n\n" + "\n".join(lines) + "\n")
+    # one record per point: what `python -m sglang_ssd.plan --sweep` takes (it keys records by point)
+    (out / "sweep_mean.jsonl").write_text("".join(json.dumps(r) + "\n" for r in merged))
     plot(merged, out / "pareto.png")
     print(md)
     print("\n".join(lines))
     if calibration:
         from sglang_ssd.planner.sweep import checkable, compare_sweep
 
-        checked = checkable(records)
+        checked = checkable(merged)
         cal = json.loads(Path(calibration).read_text())
         bare = compare_sweep(checked, cal)
         served = compare_sweep(checked, cal, serving_overhead=True)

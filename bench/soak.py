@@ -92,10 +92,18 @@ class RSSMonitor:
         while not self._stop.is_set():
             sample = {n: p.memory_info().rss for n, p in self.procs.items()}
             if "draft server" in sample:
-                sample[POOL] = ssd_state(self.server)["ssd_draft_server"].get("kv_pool_touched_bytes", 0)
+                sample[POOL] = self._pool_bytes()
                 sample["draft server"] -= sample[POOL]
             self.samples.append((time.monotonic(), sample))
             self._stop.wait(self.every_s)
+
+    def _pool_bytes(self) -> int:
+        """The draft KV pool's touched bytes (one draft server on the CPU); a failed read repeats the
+        last value, so one slow answer under load neither stops the sampling nor fakes a jump."""
+        try:
+            return int(ssd_state(self.server)["ssd_draft_server"]["kv_pool_touched_bytes"])
+        except Exception:  # noqa: BLE001 - any failure to read the stat is handled the same way
+            return self.samples[-1][1].get(POOL, 0) if self.samples else 0
 
     @property
     def names(self) -> list[str]:

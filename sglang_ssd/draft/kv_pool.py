@@ -49,7 +49,8 @@ class KVPool:
 
     def touched_bytes(self) -> int:
         """Bytes of K and V written so far (pages past the high-water mark were never touched, so on a
-        CPU they are not resident): it grows toward ``nbytes()`` as the pool fills, then stays."""
+        CPU they are not resident): it grows toward ``nbytes()`` as the pool fills, then stays. Exact
+        because first-fit hands out the lowest free slots: every slot below the mark was zeroed once."""
         return self.nbytes() * self.high_water // self.num_slots
 
     def alloc(self, n: int) -> tuple[int, int]:

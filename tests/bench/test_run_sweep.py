@@ -15,14 +15,16 @@ def _rec(config: str, tps: float, repeat: int, c: int = 1) -> dict:
             "output_throughput": tps, "median_tpot_ms": 1000.0 / tps, "k_hist": {"1": 3}}  # fmt: skip
 
 
-def test_repeats_merge_into_means_with_their_runs():
-    merged = merge_repeats([_rec("ar", 10.0, 0), _rec("ssd", 12.0, 0), _rec("ar", 12.0, 1), _rec("ssd", 14.0, 1)])
-    by = {r["config"]: r for r in merged}
+def test_repeats_merge_into_means_with_their_samples():
+    runs = [_rec("ar", 10.0, 0), _rec("ssd", 12.0, 0), _rec("ar", 12.0, 1), _rec("ssd", 14.0, 1)]
+    runs[3] |= {"hit_rounds": 6, "k_hist": {"1": 1, "2": 5}}  # a field only one repeat has
+    runs[2]["median_tpot_ms"] = None  # a repeat without a TPOT
+    by = {r["config"]: r for r in merge_repeats(runs)}
     assert set(by) == {"ar", "ssd"} and by["ar"]["output_throughput"] == 11.0
-    assert by["ssd"]["runs"] == [(12.0, 1000.0 / 12.0), (14.0, 1000.0 / 14.0)]
-    # fields equal in every repeat keep their type; non-numeric ones are taken from the first
-    assert by["ar"]["concurrency"] == 1 and isinstance(by["ar"]["concurrency"], int) and by["ar"]["k_hist"] == {"1": 3}
-    assert "repeat" not in by["ar"] and abs(spread(by["ar"]) - 2.0 / 11.0) < 1e-12
+    assert by["ssd"]["samples"] == [(12.0, 1000.0 / 12.0), (14.0, 1000.0 / 14.0)]
+    assert by["ssd"]["hit_rounds"] == 6 and by["ssd"]["k_hist"] == {"1": 4, "2": 5}  # histograms add up
+    assert by["ar"]["median_tpot_ms"] == 100.0 and by["ar"]["per_request_tps"] == 10.0  # over the repeat that has it
+    assert by["ar"]["concurrency"] == 1 and "repeat" not in by["ar"] and abs(spread(by["ar"]) - 2.0 / 11.0) < 1e-12
 
 
 def test_a_ratio_inside_the_band_is_parity_and_outside_it_is_not():
@@ -34,6 +36,9 @@ def test_a_ratio_inside_the_band_is_parity_and_outside_it_is_not():
     quiet = noise_lines(merge_repeats([_rec("ar", 11.0, 0), _rec("ar", 11.0, 1), _rec("ssd", 11.9, 0),
                                        _rec("ssd", 11.9, 1)]))  # fmt: skip
     assert quiet[0].endswith("faster than AR")
+    # one repeat and no AR-repeat server: no band, so no verdict
+    alone = noise_lines(merge_repeats([_rec("ar", 10.0, 0), _rec("ssd", 13.0, 0)]))
+    assert alone == ["ssd/AR T=0 c=1 = 1.30 over 1 repeats (no noise band measured: not judged)"]
 
 
 def test_points_from_concurrency_4_run_twice_the_requests():
