@@ -143,6 +143,7 @@ def _rounds(outs) -> tuple[int, int, int, int]:
 
 
 def _draft_opens(drafts) -> dict[str, int]:
+    """Requests opened so far on each draft server (one forced miss per open)."""
     from sglang_ssd.wire.client import DraftClient
 
     out = {}
@@ -152,47 +153,90 @@ def _draft_opens(drafts) -> dict[str, int]:
     return out
 
 
-def _sample_self(server, drafts, name, prompt_ids, samples: int) -> tuple[list, str]:
-    """``samples`` requests routed to draft server ``name``; checks they were drafted there."""
-    opens, faults = _draft_opens(drafts), server.get("/server_info")["internal_states"][0]["ssd_faults"]
-    rids = rids_for(drafts, name, samples, f"law-{name}")
-    outs = server.generate([prompt_ids] * samples, _params(), rid=rids)
-    opened = {k: v - opens[k] for k, v in _draft_opens(drafts).items()}
-    assert opened[name] >= samples and sum(opened.values()) == opened[name], f"routing: {opened}"
-    # The law test below means something only if the draft server answered these rounds. (A fast
-    # backup proposes nothing when the context lookup finds no match: fewer drafted rounds. And a
-    # request opened in a burst past the draft server's inline prefill is answered by the fast backup
-    # while its context is prefilled in the background: its first round may go undrafted.)
-    assert server.get("/server_info")["internal_states"][0]["ssd_faults"] == faults, "the draft link faulted"
+def _faults(server) -> int:
+    return server.get("/server_info")["internal_states"][0]["ssd_faults"]
+
+
+def _prompt_of(name: str, prompts) -> list[int]:
+    return prompts["lookup" if name == "fast" else "short"]
+
+
+def _samples_of(name: str) -> int:
+    return PLANTED_SAMPLES if name == "planted" else SAMPLES["lookup" if name == "fast" else "short"]
+
+
+def _selected_cases(request) -> list[str]:
+    """The self-draft cases this run selected (a case's test may be deselected with -k)."""
+    names = []
+    for item in request.session.items:
+        if item.module is not request.module:
+            continue
+        if item.originalname == "test_self_draft_sampling_has_the_target_law":
+            names.append(item.callspec.params["name"])
+        elif item.originalname == "test_planted_bug_is_rejected":
+            names.append("planted")
+    return names
+
+
+@pytest.fixture(scope="module")
+def self_runs(request, self_server, self_drafts, prompts) -> dict[str, list[dict]]:
+    """Every selected self-draft case in ONE batch, the cases' requests interleaved, so the six draft
+    servers work side by side (one at a time, each case's draft server held one core and left the
+    other mostly idle). Request ids choose the draft server; the outputs come back per case."""
+    from itertools import zip_longest
+
+    names = _selected_cases(request)
+    rids = {name: rids_for(self_drafts, name, _samples_of(name), f"law-{name}") for name in names}
+    order = [(name, rid) for row in zip_longest(*rids.values()) for name, rid in zip(rids, row) if rid is not None]
+    opens, faults = _draft_opens(self_drafts), _faults(self_server)
+    outs = self_server.post("/generate", {
+        "input_ids": [_prompt_of(name, prompts) for name, _ in order], "sampling_params": _params(),
+        "rid": [rid for _, rid in order]}, timeout=1800)  # fmt: skip
+    # The law tests mean something only if the draft servers answered these rounds, each its own.
+    assert _faults(self_server) == faults, "the draft link faulted"
+    opened = {k: v - opens[k] for k, v in _draft_opens(self_drafts).items()}
+    assert opened == {k: len(rids.get(k, ())) for k in self_drafts}, f"routing: {opened}"
+    case_of = {rid: name for name, rid in order}
+    runs: dict[str, list[dict]] = {name: [] for name in names}
+    for out in outs:
+        runs[case_of[out["meta_info"]["id"]]].append(out)
+    return runs
+
+
+def _check_run(name: str, outs: list[dict]) -> str:
+    """Checks that case ``name``'s rounds were drafted and served from the cache; a summary line.
+    (A fast backup proposes nothing when the context lookup finds no match: fewer drafted rounds.
+    And a request opened in a burst past the draft server's inline prefill is answered by the fast
+    backup while its context is prefilled in the background: its first round may go undrafted.)"""
+    samples = len(outs)
+    assert samples == _samples_of(name), f"{samples} outputs for {_samples_of(name)} requests"
     rounds, drafted, hits, full = _rounds(outs)
     floor = 0.4 * rounds if name == "fast" else 0.9 * (rounds - samples)
     assert drafted >= floor, f"{drafted} of {rounds} rounds drafted ({samples} requests)"
     assert hits > 0, "no round was served from the speculation cache"
-    return outs, f"; {rounds} rounds, {drafted} drafted, {hits} cache hits, {full} full acceptances"
+    return f"; {rounds} rounds, {drafted} drafted, {hits} cache hits, {full} full acceptances"
 
 
 @pytest.mark.parametrize("name", ["neural", "fast", "saguaro", "q64", "chain"])
-def test_self_draft_sampling_has_the_target_law(name, self_server, self_drafts, prompts, target_law,
-                                                design_power):
+def test_self_draft_sampling_has_the_target_law(name, self_runs, prompts, target_law, design_power):
     """Neural and fast backup, Saguaro C = 0.3, sparse q′ (64), three levels (L0 n-gram → L1 law model)."""
-    which = "lookup" if name == "fast" else "short"
-    prompt_ids = prompts[which]
-    outs, extra = _sample_self(self_server, self_drafts, name, prompt_ids, SAMPLES[which])
+    prompt_ids, outs = _prompt_of(name, prompts), self_runs[name]
+    extra = _check_run(name, outs)
     if name != "fast":  # the fast backup's point masses are context lookups, often rejected
         rounds, _, _, full = _rounds(outs)
         assert full >= 0.5 * rounds, f"the bonus after full acceptance is rarely reached{extra}"
     samples = [tuple(o["output_ids"]) for o in outs]
     p = _judge(f"SSD {name} (law model as its own draft, K={SELF_K}, T={TEMPERATURE})",
-               _cells(samples, prompt_ids, target_law), extra, samples=SAMPLES[which])  # fmt: skip
+               _cells(samples, prompt_ids, target_law), extra, samples=len(outs))  # fmt: skip
     assert p > power.ALPHA
 
 
-def test_planted_bug_is_rejected(self_server, self_drafts, prompts, target_law):
+def test_planted_bug_is_rejected(self_runs, prompts, target_law):
     """The draft server of tests/e2e/planted_draft_server.py samples at 1.3·T and reports q′ at T."""
     from tests.e2e.planted_draft_server import HOTTER
 
-    prompt_ids = prompts["short"]
-    outs, extra = _sample_self(self_server, self_drafts, "planted", prompt_ids, PLANTED_SAMPLES)
+    prompt_ids, outs = prompts["short"], self_runs["planted"]
+    extra = _check_run("planted", outs)
     samples = [tuple(o["output_ids"]) for o in outs]
     hot = [_drafted_positions(o["meta_info"]["ssd_drafted"]) for o in outs]
     cells = _cells(samples, prompt_ids, target_law)
