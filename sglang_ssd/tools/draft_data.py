@@ -9,6 +9,12 @@ index and the seed, so the data are the same whatever was cached before.
 Per sequence the cache holds: `prompt` (int64 [P], chat-templated prompt ids), `answer` (int64 [N],
 generated ids, ending with EOS unless cut at `max_new`), `top_ids` (int32 [N, k]) and `top_logits`
 (float16 [N, k]): the target's k largest logits at the position that predicts `answer[i]`.
+
+The cache (top-k logits: ~200 bytes a token) lives outside git and does not outlive a checkout. What
+costs the hours, the answers themselves, is also kept in a small committed store (`data/draft_answers/`,
+2 bytes a token, one `.npz` per data part; `AnswerStore`). A batch missing from the cache but present
+in the store is rebuilt from it by one teacher-forced forward of the target per sequence, which gives
+the same top-k up to float rounding, at about a third of the cost of generating it again.
 """
 
 from __future__ import annotations
@@ -117,6 +123,85 @@ def generate_batch(model, prompts: list[list[int]], max_new: int, temperature: f
     return records
 
 
+@torch.inference_mode()
+def teacher_tops(model, prompts: list[list[int]], answers: list[list[int]], top_k: int, pad_id: int
+                 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(top_ids int32 [N, k], top_logits float16 [N, k]) per sequence: the target's k largest logits at
+    each position that predicts an answer token, from one forward over prompt + answer (right padding:
+    a causal model's earlier positions never see the pads)."""
+    seqs = [p + a for p, a in zip(prompts, answers)]
+    ids = torch.full((len(seqs), max(map(len, seqs))), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, seq in enumerate(seqs):
+        ids[i, : len(seq)], mask[i, : len(seq)] = torch.tensor(seq), 1
+    hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state
+    out = []
+    for i, (p, a) in enumerate(zip(prompts, answers)):
+        logits = model.lm_head(hidden[i, len(p) - 1 : len(p) - 1 + len(a)]).float()  # the head only where scored
+        v, ix = logits.topk(top_k, dim=-1)
+        out.append((ix.to(torch.int32), v.to(torch.float16)))
+    return out
+
+
+class AnswerStore:
+    """The answers of one data part (its cache tag), committed: per record its batch, temperature,
+    a CRC of its prompt ids (a changed prompt reader shows up as a mismatch, not as wrong data), and
+    its answer ids as uint16. Rewritten whole after each new batch (a few MB at most)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.batches: dict[int, list[tuple[float, int, list[int]]]] = {}
+        if path.is_file():
+            import numpy as np
+
+            z = np.load(path)
+            offsets = z["offsets"]
+            for j, (bi, temp, crc) in enumerate(zip(z["batch"], z["temperature"], z["prompt_crc"])):
+                answer = z["answers"][offsets[j] : offsets[j + 1]].astype(np.int64).tolist()
+                self.batches.setdefault(int(bi), []).append((float(temp), int(crc), answer))
+
+    @staticmethod
+    def crc(prompt: list[int]) -> int:
+        import zlib
+
+        return zlib.crc32(torch.tensor(prompt, dtype=torch.int64).numpy().tobytes())
+
+    def add(self, bi: int, records: list[dict]) -> None:
+        answers = [r["answer"].tolist() for r in records]
+        if any(t < 0 or t >= 1 << 16 for a in answers for t in a):
+            raise ValueError("answer ids must fit in uint16 for the answer store")
+        self.batches[bi] = [(float(r["temperature"]), self.crc(r["prompt"].tolist()), a)
+                            for r, a in zip(records, answers)]  # fmt: skip
+        self._write()
+
+    def _write(self) -> None:
+        import numpy as np
+
+        rows = [(bi, *row) for bi in sorted(self.batches) for row in self.batches[bi]]
+        lengths = [len(r[3]) for r in rows]
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "wb") as f:
+            np.savez_compressed(
+                f, batch=np.array([r[0] for r in rows], dtype=np.int32),
+                temperature=np.array([r[1] for r in rows], dtype=np.float32),
+                prompt_crc=np.array([r[2] for r in rows], dtype=np.uint32),
+                offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+                answers=np.array([t for r in rows for t in r[3]], dtype=np.uint16),
+            )  # fmt: skip
+        tmp.replace(self.path)
+
+    def rebuild(self, bi: int, prompts: list[list[int]], model, top_k: int, pad_id: int) -> list[dict]:
+        """Batch ``bi``'s records from its stored answers (``prompts``: its members' prompt ids)."""
+        rows = self.batches[bi]
+        if len(rows) != len(prompts) or any(crc != self.crc(p) for (_, crc, _), p in zip(rows, prompts)):
+            raise ValueError(f"{self.path}: batch {bi}'s prompts differ from the ones it was generated for")
+        tops = teacher_tops(model, prompts, [a for _, _, a in rows], top_k, pad_id)
+        return [{"prompt": torch.tensor(p, dtype=torch.long), "answer": torch.tensor(a, dtype=torch.long),
+                 "top_ids": ti, "top_logits": tv, "top_kind": "logit", "rebuilt": True}
+                for p, (_, _, a), (ti, tv) in zip(prompts, rows, tops)]  # fmt: skip
+
+
 def server_batch(server, prompts: list[list[int]], max_new: int, temperature: float, top_k: int, seed: int) -> list[dict]:
     """The records of ``generate_batch`` from an AR SGLang server, one batched request. ``top_logits``
     then holds the top-k log-probabilities: the logits shifted by one constant per position, so the
@@ -146,9 +231,14 @@ def _start_server(target_dir: Path, batch: int, max_tokens: int):
     return SGLangServer(argv).start()  # its log: /tmp/sglang_ssd_server_<port>.log
 
 
-def build_dataset(target_dir: Path, cache_dir: Path, spec: DataSpec, cached_only: bool = False) -> list[dict]:
-    """Generate (or load from `cache_dir`) the distillation records for `spec`; deterministic in spec.
-    ``cached_only``: the batches already cached, nothing generated."""
+ANSWERS = Path("data/draft_answers")  # the committed answer store, relative to the repository root
+
+
+def build_dataset(target_dir: Path, cache_dir: Path, spec: DataSpec, cached_only: bool = False,
+                  answers_dir: Path | None = None) -> list[dict]:
+    """Generate (or load from `cache_dir`, or rebuild from the answer store) the distillation records
+    for `spec`; deterministic in spec. ``cached_only``: nothing generated (rebuilding from stored
+    answers is not generating). ``answers_dir``: the answer store (None: not used)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if spec.batch <= 0 or spec.max_new <= 0 or spec.top_k <= 0 or spec.max_prompt <= 0:
@@ -169,6 +259,7 @@ def build_dataset(target_dir: Path, cache_dir: Path, spec: DataSpec, cached_only
     prefix = ("srv_" if spec.route == "server" else "") + prefix
     tag = prefix + f"g{spec.n_greedy}_s{spec.n_sampled}_t{spec.temperature}_n{spec.max_new}_k{spec.top_k}_b{spec.batch}_seed{spec.seed}" + (
         f"_p{spec.part}" if spec.part else "")
+    store = AnswerStore(answers_dir / f"{tag}.npz") if answers_dir is not None else None
     model = server = None
     records: list[dict] = []
     t0 = time.time()
@@ -178,6 +269,13 @@ def build_dataset(target_dir: Path, cache_dir: Path, spec: DataSpec, cached_only
             path = cache_dir / f"{tag}_batch_{bi:04d}.pt"
             if path.is_file():
                 recs = torch.load(path)
+            elif store is not None and bi in store.batches:
+                if model is None:
+                    model = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
+                recs = store.rebuild(bi, [ids[j] for j in members], model, spec.top_k, tokenizer.pad_token_id)
+                for r, j in zip(recs, members):
+                    r["temperature"], r["prompt_text"] = jobs[j][1], jobs[j][0]
+                _save(path, recs)
             elif cached_only:
                 continue
             else:
@@ -198,9 +296,9 @@ def build_dataset(target_dir: Path, cache_dir: Path, spec: DataSpec, cached_only
                     r["prompt_text"] = jobs[j][0]
                     r["gen_cpu_s"] = (time.process_time() - cpu0) / len(recs)  # this batch's CPU, shared out
                     r["gen_wall_s"] = (time.time() - wall0) / len(recs)
-                tmp = path.with_suffix(".tmp")
-                torch.save(recs, tmp)
-                tmp.rename(path)
+                _save(path, recs)
+            if store is not None and bi not in store.batches:
+                store.add(bi, recs)
             records.extend(recs)
             n_tok = sum(len(r["answer"]) for r in records)
             bar.set_postfix(tokens=n_tok, tok_s=f"{n_tok / max(time.time() - t0, 1e-9):.0f}")
@@ -210,6 +308,12 @@ def build_dataset(target_dir: Path, cache_dir: Path, spec: DataSpec, cached_only
     return records
 
 
+def _save(path: Path, records: list[dict]) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save(records, tmp)
+    tmp.rename(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Generate (or finish generating) parts of the data ahead of training; prints the token count."""
     import argparse
@@ -217,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Generate the draft's distillation data (resumable, cached)")
     ap.add_argument("--target", type=Path, default=Path("models/target"))
     ap.add_argument("--data", type=Path, default=Path("models/draft_data"))
+    ap.add_argument("--answers", type=Path, default=ANSWERS, help="the committed answer store")
     ap.add_argument("--source", choices=SOURCES, default="sharegpt")
     ap.add_argument("--parts", default="0", help="part numbers: '0', '0-7' or '0,2,5'")
     ap.add_argument("--n-greedy", type=int, default=DataSpec.n_greedy)
@@ -236,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     for part in parts:
         spec = DataSpec(n_greedy=args.n_greedy, n_sampled=args.n_sampled, max_new=args.max_new, batch=args.batch,
                         seed=args.seed, part=part, source=args.source, route=args.route)  # fmt: skip
-        records = build_dataset(args.target, args.data, spec)
+        records = build_dataset(args.target, args.data, spec, answers_dir=args.answers)
         n_tok = sum(len(r["answer"]) for r in records)
         total += n_tok
         print(f"part {part}: {len(records)} answers, {n_tok} tokens (total so far {total})", flush=True)

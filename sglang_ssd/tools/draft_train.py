@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from sglang_ssd.tools.draft_data import DataSpec, build_dataset
+from sglang_ssd.tools.draft_data import ANSWERS, DataSpec, build_dataset
 from sglang_ssd.tools.draft_model import DRAFT_TOKEN_IDS, HEAD_FROM_EMBEDDING, SubsetHead, draft_config
 
 DEFAULT_OUT = Path(__file__).parent / "weights" / "draft_weights.safetensors"
@@ -172,11 +172,11 @@ def load_records(args) -> tuple[list[dict], list[dict]]:
     specs += [DataSpec(n_greedy=args.sharegpt_n_greedy, n_sampled=args.sharegpt_n_sampled, max_new=args.max_new,
                        seed=args.seed, part=part, source="sharegpt", route=args.route)
               for part in range(args.sharegpt_parts)]  # fmt: skip
-    records = [r for spec in specs for r in build_dataset(args.target, args.data, spec, args.cached_only)]
+    records = [r for spec in specs for r in build_dataset(args.target, args.data, spec, args.cached_only, args.answers)]
     if args.val_sharegpt:
         spec = DataSpec(n_greedy=args.val_sharegpt, n_sampled=0, max_new=args.max_new, seed=args.seed,
                         source="sharegpt-held-out", route=args.route)  # fmt: skip
-        return records, build_dataset(args.target, args.data, spec)
+        return records, build_dataset(args.target, args.data, spec, answers_dir=args.answers)
     held = records[args.holdout - 1 :: args.holdout] if args.holdout else []
     if args.holdout:
         records = [r for i, r in enumerate(records) if (i + 1) % args.holdout]
@@ -330,6 +330,8 @@ def parse_args(argv: list[str] | None = None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", type=Path, default=Path("models/target"))
     ap.add_argument("--data", type=Path, default=Path("models/draft_data"))
+    ap.add_argument("--answers", type=Path, default=ANSWERS,
+                    help="the committed answer store: batches missing from --data are rebuilt from it")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--layers", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 29])
     ap.add_argument("--vocab", type=int, default=8192)

@@ -34,3 +34,66 @@ def test_cached_only_reads_the_cached_batches_and_generates_nothing(tmp_path, mo
     assert [int(r["prompt"][-1]) for r in records] == [0, 1, 20, 21]
     with pytest.raises(AssertionError, match="must not start"):
         build_dataset(TARGET, tmp_path, spec)  # without it, the missing batch 1 is generated
+
+
+@pytest.fixture(scope="module")
+def target():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = require_model(TARGET)
+    tok = AutoTokenizer.from_pretrained(str(path))
+    return AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval(), tok
+
+
+def test_stored_answers_rebuild_the_generated_records(tmp_path, target):
+    """A batch that reaches the answer store comes back from it (another checkout: no cache) with the
+    same answers and, by teacher forcing, the top-k logits generation recorded (float rounding aside)."""
+    from sglang_ssd.prompts import chat_ids
+
+    model, tok = target
+    prompts = [chat_ids(tok, "Name three colours."), chat_ids(tok, "What is 2 + 3? Answer briefly.")]
+    recs = draft_data.generate_batch(model, prompts, 8, 0.0, 4, tok.eos_token_id, tok.pad_token_id)
+    for r in recs:
+        r["temperature"] = 0.0
+    draft_data.AnswerStore(tmp_path / "part.npz").add(3, recs)
+
+    store = draft_data.AnswerStore(tmp_path / "part.npz")
+    assert list(store.batches) == [3]
+    rebuilt = store.rebuild(3, prompts, model, 4, tok.pad_token_id)
+    for r, g in zip(rebuilt, recs):
+        assert r["answer"].tolist() == g["answer"].tolist()
+        assert r["top_ids"][:, 0].tolist() == g["answer"].tolist()  # greedy: the answer is the argmax
+        torch.testing.assert_close(r["top_logits"].float(), g["top_logits"].float(), atol=0.02, rtol=0)
+    with pytest.raises(ValueError, match="prompts differ"):
+        store.rebuild(3, [prompts[1], prompts[0]], model, 4, tok.pad_token_id)
+
+
+def test_a_batch_in_the_store_is_rebuilt_not_generated(tmp_path, monkeypatch, target):
+    """build_dataset: a batch missing from the cache but in the answer store is rebuilt (no server, even
+    with cached_only), written to the cache, and the store keeps one entry per batch."""
+    model, tok = target
+    spec = DataSpec(n_greedy=2, n_sampled=0, batch=2, max_new=4, top_k=4, source="templates", route="server")
+
+    def fake_server(*a, **kw):
+        class Server:
+            def post(self, path, payload, timeout):
+                return [{"output_ids": [tok.eos_token_id], "meta_info": {"output_top_logprobs": [[[0.0, 1]] * 4]}}
+                        for _ in payload["input_ids"]]  # fmt: skip
+
+            def stop(self):
+                pass
+
+        return Server()
+
+    monkeypatch.setattr(draft_data, "_start_server", fake_server)
+    first = build_dataset(require_model(TARGET), tmp_path / "cache", spec, answers_dir=tmp_path / "answers")
+    (stored,) = (tmp_path / "answers").glob("*.npz")
+
+    def no_server(*a, **kw):
+        raise AssertionError("a stored batch must not be generated again")
+
+    monkeypatch.setattr(draft_data, "_start_server", no_server)
+    again = build_dataset(TARGET, tmp_path / "other_cache", spec, cached_only=True, answers_dir=tmp_path / "answers")
+    assert [r["answer"].tolist() for r in again] == [r["answer"].tolist() for r in first]
+    assert all(r.get("rebuilt") for r in again) and len(list((tmp_path / "other_cache").glob("*.pt"))) == 1
+    assert list(draft_data.AnswerStore(stored).batches) == [0]
