@@ -3,9 +3,7 @@
 The e2e servers are session fixtures (each kind starts once per run); tests/e2e/conftest.py stops each
 one after the last test that uses it. Grouping the e2e tests by server keeps only `ar_server` and one
 group's servers resident at a time, which on a 2-core, 24 GiB machine is the difference between tests
-that time what they mean to and tests that wait on a starved or swapping draft server. The exception
-is the start of the e2e part: the first groups' servers are started ahead on the core the server-free
-tests leave idle (tests/e2e/conftest.py, SERVERS_AHEAD), and wait there, idle, until their tests come.
+that time what they mean to and tests that wait on a starved or swapping draft server.
 """
 
 from __future__ import annotations

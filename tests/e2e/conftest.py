@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
-from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -47,23 +45,17 @@ _BACKGROUND: dict = {}
 
 def pytest_collection_finish(session) -> None:
     """Start the transformers reference in its own process if a selected test needs it (it runs
-    while the server-free tests keep the other core busy; ``hf_greedy`` collects it), then the first
-    e2e servers (SERVERS_AHEAD) once it is done."""
-    if session.config.option.collectonly or not (TARGET / "config.json").is_file():
-        return  # the fixtures report a missing model
-    used = {name for it in session.items for name in getattr(it, "fixturenames", ())}
-    if "hf_greedy" in used:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
+    while the server-free tests keep the other core busy; ``hf_greedy`` collects it)."""
+    if session.config.option.collectonly or not any("hf_greedy" in getattr(it, "fixturenames", ()) for it in session.items):
+        return
+    if not (TARGET / "config.json").is_file():
+        return  # the fixture reports the missing model
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
-        pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-        _BACKGROUND["hf_greedy"] = pool.submit(hf_greedy_reference, str(TARGET))
-        pool.shutdown(wait=False)
-    needs = {name: DRAFT / "config.json" for name in ("sd_server", "ssd_draft", "ssd_server", "ssd3_server")}
-    needs["ssd3_draft"] = NGRAM
-    ahead = [n for n in SERVERS_AHEAD if n in used and needs.get(n, TARGET).exists()]
-    if ahead:
-        EARLY.start_ahead(ahead, after=_BACKGROUND.get("hf_greedy"))
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    _BACKGROUND["hf_greedy"] = pool.submit(hf_greedy_reference, str(TARGET))
+    pool.shutdown(wait=False)
 
 
 @pytest.fixture(scope="session")
@@ -97,31 +89,25 @@ def pytest_runtest_teardown(item, nextitem):
 
 def start_server(target_path: Path, *extra: str, log_name: str, **kw) -> SGLangServer:
     argv = ["--model-path", str(target_path), *CPU_SERVER_ARGS, *extra]
-    server = SGLangServer(argv, log_path=Path("/tmp") / f"sglang_ssd_{log_name}.log", **kw)
-    _RESOURCES.append(server)  # stopped at the end of the session whatever happens
-    return server.start()
-
-
-def _session_resource(name: str):
-    """Body of a session fixture whose resource ``MAKERS[name]`` makes (or made ahead, see Early)."""
-    resource = EARLY.get(name)
-    proc = resource.proc
-    if proc is not None and proc.poll() is not None:  # started ahead, died while it waited
-        log = getattr(resource, "log_path", None) or getattr(resource, "log", "")
-        pytest.fail(f"{name} exited with code {proc.returncode} before its first test; log: {log}")
-    held(name, resource.stop)
-    yield resource
-    resource.stop()
+    return SGLangServer(argv, log_path=Path("/tmp") / f"sglang_ssd_{log_name}.log", **kw).start()
 
 
 @pytest.fixture(scope="session")
 def ar_server(target_path):
-    yield from _session_resource("ar_server")
+    server = start_server(target_path, log_name="ar")
+    held("ar_server", server.stop)
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")
 def ngram_server(target_path):
-    yield from _session_resource("ngram_server")
+    server = start_server(
+        target_path, "--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "4", log_name="ngram"
+    )
+    held("ngram_server", server.stop)
+    yield server
+    server.stop()
 
 
 def greedy_tokens(server: SGLangServer, ids: list[int], n: int = NEW_TOKENS) -> tuple[list[int], dict]:
@@ -169,7 +155,6 @@ class DraftProcess:
     def start(self) -> DraftProcess:
         from sglang_ssd.target.draft_fleet import spawn_draft_server
 
-        _RESOURCES.append(self)  # stopped at the end of the session whatever happens
         self.proc = spawn_draft_server(self.command, self.log)
         return self
 
@@ -193,26 +178,48 @@ class DraftProcess:
 
 @pytest.fixture(scope="session")
 def ssd_draft(draft_path):
-    yield from _session_resource("ssd_draft")
+    proc = DraftProcess(draft_path).start()
+    held("ssd_draft", proc.stop)
+    yield proc
+    proc.stop()
 
 
 @pytest.fixture(scope="session")
 def ssd_server(target_path, ssd_draft):
     """SSD (async) with a draft server the tests own, reached through --ssd-draft-endpoint."""
-    yield from _session_resource("ssd_server")
+    server = start_server(
+        target_path, "--speculative-algorithm", "SSD", "--ssd-draft-endpoint", ssd_draft.endpoint,
+        "--ssd-draft-timeout", "3", *SSD_FLAGS, "--enable-metrics", log_name="ssd",
+    )
+    held("ssd_server", server.stop)
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")
 def sd_server(target_path, draft_path):
     """SD baseline: same draft, synchronous mode; the launcher starts and stops its draft server."""
-    yield from _session_resource("sd_server")
+    server = start_server(
+        target_path, "--speculative-algorithm", "SSD", "--speculative-draft-model-path", str(draft_path),
+        "--ssd-mode", "sync", *SSD_FLAGS, log_name="sd",
+    )
+    held("sd_server", server.stop)
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")
 def ssd_auto_server(target_path):
     """SSD with --ssd-k auto: the worker picks K (0 = plain decoding) per round from live timings. The
     target is its own draft (α ≈ 1), so drafting pays and auto-K drafts (the sampling test checks)."""
-    yield from _session_resource("ssd_auto_server")
+    server = start_server(
+        target_path, "--speculative-algorithm", "SSD", "--speculative-draft-model-path", str(target_path),
+        "--ssd-k", "auto", "--ssd-budget", "2", "--ssd-backup", "neural", "--ssd-draft-timeout", "10",
+        "--max-running-requests", "128", log_name="ssd_auto",
+    )
+    held("ssd_auto_server", server.stop)
+    yield server
+    server.stop()
 
 
 # ---- recursive SSD: L0 (n-gram) → L1 (draft) → target -------------------------------------------------
@@ -224,111 +231,22 @@ def ssd3_draft(draft_path):
     """A three-level draft server (L0 proposes for L1), with both level temperatures calibrated live."""
     if not NGRAM.is_file():
         pytest.fail(f"{NGRAM} is missing: run `make models` first (make test does it)")
-    yield from _session_resource("ssd3_draft")
+    proc = DraftProcess(draft_path, draft_chain=[str(NGRAM), str(draft_path)],
+                        l0_temperature="auto", draft_temperature="auto").start()  # fmt: skip
+    held("ssd3_draft", proc.stop)
+    yield proc
+    proc.stop()
 
 
 @pytest.fixture(scope="session")
 def ssd3_server(target_path, ssd3_draft):
-    yield from _session_resource("ssd3_server")
-
-
-# ---- servers started ahead ------------------------------------------------------------------------
-# While the server-free tests run (one core), the other core is idle once the transformers reference
-# is done: the servers of the first e2e tests start there. A fixture takes its server from EARLY,
-# waiting for a start in progress or starting it itself; each resource is made once.
-def _make_ssd_draft():
-    return DraftProcess(DRAFT).start()
-
-
-def _make_ssd3_draft():
-    return DraftProcess(DRAFT, draft_chain=[str(NGRAM), str(DRAFT)], l0_temperature="auto",
-                        draft_temperature="auto").start()  # fmt: skip
-
-
-MAKERS = {
-    "ar_server": lambda: start_server(TARGET, log_name="ar"),
-    "ngram_server": lambda: start_server(
-        TARGET, "--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "4", log_name="ngram"),
-    "sd_server": lambda: start_server(
-        TARGET, "--speculative-algorithm", "SSD", "--speculative-draft-model-path", str(DRAFT),
-        "--ssd-mode", "sync", *SSD_FLAGS, log_name="sd"),
-    "ssd_draft": _make_ssd_draft,
-    "ssd_server": lambda: start_server(
-        TARGET, "--speculative-algorithm", "SSD", "--ssd-draft-endpoint", EARLY.get("ssd_draft").endpoint,
-        "--ssd-draft-timeout", "3", *SSD_FLAGS, "--enable-metrics", log_name="ssd"),
-    "ssd_auto_server": lambda: start_server(
-        TARGET, "--speculative-algorithm", "SSD", "--speculative-draft-model-path", str(TARGET),
-        "--ssd-k", "auto", "--ssd-budget", "2", "--ssd-backup", "neural", "--ssd-draft-timeout", "10",
-        "--max-running-requests", "128", log_name="ssd_auto"),
-    "ssd3_draft": _make_ssd3_draft,
-    "ssd3_server": lambda: start_server(
-        TARGET, "--speculative-algorithm", "SSD", "--ssd-draft-endpoint", EARLY.get("ssd3_draft").endpoint,
-        *SSD_FLAGS, log_name="ssd3"),
-}  # fmt: skip
-# Started ahead, in the order the e2e tests first use them (tests/conftest.py), if a selected test
-# does. At most five SGLang servers (~2.5 GB each) and three draft servers: within 24 GiB.
-SERVERS_AHEAD = ("ar_server", "ngram_server", "sd_server", "ssd_draft", "ssd_server", "ssd3_draft", "ssd3_server")
-_RESOURCES: list = []  # everything started (SGLangServer, DraftProcess): all stopped at session end
-
-
-class Early:
-    def __init__(self):
-        self._made: dict[str, Future] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def get(self, name: str):
-        """The resource ``MAKERS[name]`` makes: made here unless it is made or being made."""
-        with self._lock:
-            future, mine = self._made.get(name), name not in self._made
-            if mine:
-                future = self._made[name] = Future()
-        if mine:
-            try:
-                future.set_result(MAKERS[name]())
-            except BaseException as exc:  # the fixture that asks re-raises it
-                future.set_exception(exc)
-        return future.result()
-
-    def start_ahead(self, names: list[str], after: Future | None) -> None:
-        def run():
-            if after is not None:
-                after.exception()  # wait for the reference's process to free its core
-            for name in names:
-                if self._stop.is_set():
-                    return
-                try:
-                    self.get(name)
-                except BaseException:  # noqa: S110 - stored in the future; its fixture reports it
-                    pass
-
-        self._thread = threading.Thread(target=run, name="servers-ahead", daemon=True)
-        self._thread.start()
-
-    def close(self, wait: bool = True) -> None:
-        """No more starts ahead; ``wait``: until one in progress is done."""
-        self._stop.set()
-        if wait and self._thread is not None:
-            self._thread.join(600)
-
-
-EARLY = Early()
-
-
-def pytest_runtest_setup(item) -> None:
-    # The e2e tests keep both cores busy: from their first test on, servers start only when needed.
-    if "e2e" in item.nodeid.split("::")[0].split("/"):
-        EARLY.close(wait=False)
-
-
-def pytest_sessionfinish(session) -> None:
-    EARLY.close()
-    for resource in reversed(_RESOURCES):  # servers before the draft servers they use
-        try:
-            resource.stop()
-        except Exception as exc:  # keep stopping the others
-            print(f"stopping {resource!r}: {exc}")
+    server = start_server(
+        target_path, "--speculative-algorithm", "SSD", "--ssd-draft-endpoint", ssd3_draft.endpoint,
+        *SSD_FLAGS, log_name="ssd3",
+    )  # fmt: skip
+    held("ssd3_server", server.stop)
+    yield server
+    server.stop()
 
 
 # ---- the law model as its own draft: α ≈ 1, so rounds reach the bonus after full acceptance -----------
