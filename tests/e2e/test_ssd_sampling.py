@@ -7,7 +7,8 @@ full rounds after the prefill token (the first a forced miss answered by the bac
 served from the speculation cache when it hits): tokens 2-3, 5-6, ... are drafted; 4, 7, 10, 13 and
 16 are bonuses. One SGLang server has one draft server per draft-side setting (neural and fast backup,
 Saguaro C = 0.3, sparse q′ of 64 tokens, a three-level chain, and a planted bug); request ids pick the
-draft server. `--ssd-k auto` has a server of its own.
+draft server, and all the cases' requests go out as one interleaved batch (`self_runs`), so the draft
+servers work side by side. `--ssd-k auto` has a server of its own.
 
 Test: for every context (prompt + generated tokens 1..j, j ≥ 1) that at least `MIN_CELL` samples pass
 through, the counts of token j + 1 against the target's exact conditional law (transformers, fp32):
