@@ -12,7 +12,7 @@ generated ids, ending with EOS unless cut at `max_new`), `top_ids` (int32 [N, k]
 
 The cache (top-k logits: ~200 bytes a token) lives outside git and does not outlive a checkout. What
 costs the hours, the answers themselves, is also kept in a small committed store (`data/draft_answers/`,
-2 bytes a token, one `.npz` per data part; `AnswerStore`). A batch missing from the cache but present
+uint16 ids, about 1 byte a token compressed, one `.npz` per data part; `AnswerStore`). A batch missing from the cache but present
 in the store is rebuilt from it by one teacher-forced forward of the target per sequence: the same
 top-k up to float rounding, for about 0.5-0.6 of the cost of generating it again
 (`bench/datagen_rebuild.py`; numbers in README.md).

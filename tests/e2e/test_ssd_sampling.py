@@ -158,12 +158,17 @@ def _faults(server) -> int:
     return server.get("/server_info")["internal_states"][0]["ssd_faults"]
 
 
+def _prompt_kind(name: str) -> str:
+    """The fast backup's case needs the prompt its context lookups can match; the others the short one."""
+    return "lookup" if name == "fast" else "short"
+
+
 def _prompt_of(name: str, prompts) -> list[int]:
-    return prompts["lookup" if name == "fast" else "short"]
+    return prompts[_prompt_kind(name)]
 
 
 def _samples_of(name: str) -> int:
-    return PLANTED_SAMPLES if name == "planted" else SAMPLES["lookup" if name == "fast" else "short"]
+    return PLANTED_SAMPLES if name == "planted" else SAMPLES[_prompt_kind(name)]
 
 
 def _selected_cases(request) -> list[str]:
