@@ -3,6 +3,7 @@
     python -m sglang_ssd.tools.draft_train --target models/target \\
         [--data models/draft_data] [--parts 2] [--layers 0,1,29] [--vocab 8192] [--freeze head] \\
         [--steps 600] [--holdout N] [--sharegpt-parts 8] [--val-sharegpt 256] [--resume] \\
+        [--init sglang_ssd/tools/weights/draft_weights.safetensors] \\
         [--out sglang_ssd/tools/weights/draft_weights.safetensors]
 
 Pipeline (one thread, fixed seeds; the same arguments give the same weights):
@@ -14,6 +15,8 @@ Pipeline (one thread, fixed seeds; the same arguments give the same weights):
    the target layers named by --layers as the initial student layers, the target's final norm, and a head
    over the --vocab most frequent answer tokens (rows start as the target's tied embedding rows).
    --freeze keeps parts as exact target copies (head rows, attention, MLP): not trained, not shipped.
+   --init starts instead from a trained draft's weights file (its layers, norm, head rows and head
+   vocabulary), so a new run on more data goes on from the shipped draft rather than from target copies.
 3. Distillation, teacher-forced on prompt + answer: cross-entropy between the target's top-k
    distribution restricted to the head's subset and the draft's distribution, on answer positions only.
    AdamW, linear warm-up then cosine decay, fp32 (`--bf16`: bf16 autocast matmuls, fp32 master weights).
@@ -106,6 +109,33 @@ def build_student(target, layers: list[int], token_ids: torch.Tensor, freeze: tu
         student.lm_head.weight.requires_grad_(False)
         copies["lm_head.weight"] = HEAD_FROM_EMBEDDING
     return student, cfg, copies
+
+
+def read_init(path: Path, layers: list[int]) -> tuple[torch.Tensor, dict, dict]:
+    """(head token ids, trained tensors in fp32, its frozen target copies) of a draft weights file written
+    by save_weights, checked against this run's --layers: a warm start has the run's shape."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata() or {}
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    if "draft_config" not in meta or DRAFT_TOKEN_IDS not in tensors:
+        raise ValueError(f"--init {path}: not a draft weights file (no draft_config / {DRAFT_TOKEN_IDS})")
+    source = json.loads(meta["draft_config"]).get("draft_source_layers")
+    if source != layers:
+        raise ValueError(f"--init {path} has layers {source}, the run asks for --layers {layers}")
+    token_ids = tensors.pop(DRAFT_TOKEN_IDS).long()
+    return token_ids, {k: v.float() for k, v in tensors.items()}, json.loads(meta.get("target_copies", "{}"))
+
+
+def load_init(student, init: dict, init_copies: dict, copies: dict, path: Path) -> None:
+    """Overwrite the student's trained tensors with the --init file's (same --freeze parts required)."""
+    if init_copies != copies:
+        raise ValueError(f"--init {path} was trained with other --freeze parts than this run")
+    missing = set(init) - set(student.state_dict())
+    if missing:
+        raise ValueError(f"--init {path}: tensors the student does not have: {sorted(missing)[:3]}")
+    student.load_state_dict(init, strict=False)
 
 
 def make_examples(records: list[dict], token_ids: torch.Tensor, vocab_size: int, max_context: int = 0) -> list[dict]:
@@ -238,16 +268,21 @@ def train(args) -> dict:
     random.seed(args.seed)
     torch.manual_seed(args.seed)
     t_start, cpu_start = time.time(), time.process_time()
+    if args.init:  # read first: a mismatch fails before the data is loaded; the run keeps its vocabulary
+        token_ids, init, init_copies = read_init(args.init, args.layers)
     records, held = load_records(args)
     data_wall, data_cpu = time.time() - t_start, time.process_time() - cpu_start
     target = AutoModelForCausalLM.from_pretrained(str(args.target), dtype=torch.float32)
     eos = int(target.config.eos_token_id)
-    token_ids = choose_vocab(records, args.vocab, target.config.vocab_size, must=[eos])
+    if not args.init:
+        token_ids = choose_vocab(records, args.vocab, target.config.vocab_size, must=[eos])
     covered = torch.zeros(target.config.vocab_size, dtype=torch.bool)
     covered[token_ids] = True
     answer_cov = torch.cat([covered[r["answer"]] for r in records]).float().mean().item()
     student, cfg, copies = build_student(target, args.layers, token_ids, tuple(args.freeze))
     del target
+    if args.init:
+        load_init(student, init, init_copies, copies, args.init)
     examples = make_examples(records, token_ids, cfg["vocab_size"], args.max_context)
     val = make_examples(held, token_ids, cfg["vocab_size"])
     params = [p for p in student.parameters() if p.requires_grad]
@@ -294,7 +329,7 @@ def train(args) -> dict:
         "total_wall_s": round(wall), "total_cpu_s": round(cpu), "out": str(args.out),
         "generation_cpu_s_recorded": round(sum(r.get("gen_cpu_s", 0.0) for r in records + held)),
         "holdout_every": args.holdout, "val_sharegpt": args.val_sharegpt, "val_log": log["val"],
-        "sharegpt_parts": args.sharegpt_parts,
+        "sharegpt_parts": args.sharegpt_parts, "init": str(args.init) if args.init else None,
     }  # fmt: skip
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     return report
@@ -367,6 +402,9 @@ def parse_args(argv: list[str] | None = None):
                     help="how the ShareGPT data was (or is to be) generated: its cache tag (draft_data.py)")
     ap.add_argument("--cached-only", action="store_true",
                     help="train on the cached batches only (generation still running elsewhere)")
+    ap.add_argument("--init", type=Path, default=None,
+                    help="start from this draft weights file (same --layers and --freeze) instead of target copies; "
+                    "its head vocabulary replaces --vocab")
     ap.add_argument("--resume", action="store_true",
                     help="checkpoint at every validation next to --out, and go on from one if it is there")
     args = ap.parse_args(argv)

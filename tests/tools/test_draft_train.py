@@ -1,5 +1,6 @@
 """Draft training: an interrupted run resumed from its checkpoint ends with exactly the weights of a run
-that never stopped, and the bonus-coverage measure of draft_eval counts what it says."""
+that never stopped, a warm start (--init) begins from the given draft's weights and vocabulary, and the
+bonus-coverage measure of draft_eval counts what it says."""
 
 from __future__ import annotations
 
@@ -32,10 +33,10 @@ class Stop(Exception):
     pass
 
 
-def _args(out: Path, resume: bool):
+def _args(out: Path, resume: bool, *extra: str):
     return draft_train.parse_args(["--target", str(require_model(TARGET)), "--out", str(out), "--layers", "0",
                                    "--vocab", "512", "--steps", "6", "--batch", "2", "--val-every", "2",
-                                   *(["--resume"] if resume else [])])  # fmt: skip
+                                   *(["--resume"] if resume else []), *extra])  # fmt: skip
 
 
 def test_resumed_training_equals_an_uninterrupted_run(tmp_path, monkeypatch):
@@ -63,6 +64,27 @@ def test_resumed_training_equals_an_uninterrupted_run(tmp_path, monkeypatch):
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert [v[0] for v in report["val_log"]] == [2, 4, 6]
+
+
+def test_warm_start_begins_from_the_init_weights_and_vocabulary(tmp_path, monkeypatch):
+    records = _records(6)
+    monkeypatch.setattr(draft_train, "load_records", lambda args: (records, records[:2]))
+    first = tmp_path / "first.safetensors"
+    draft_train.train(_args(first, False))
+    # One step at a vanishing learning rate: every bf16 weight must come back as the init file's.
+    again = tmp_path / "again.safetensors"
+    report = draft_train.train(_args(again, False, "--init", str(first), "--vocab", "256", "--steps", "1",
+                                     "--lr", "1e-12"))  # fmt: skip
+    a, b = load_file(str(first)), load_file(str(again))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert report["init"] == str(first)
+    # From target copies instead, the same step gives other weights (the check above can fail).
+    cold = tmp_path / "cold.safetensors"
+    draft_train.train(_args(cold, False, "--steps", "1", "--lr", "1e-12"))
+    c = load_file(str(cold))
+    assert not all(torch.equal(a[k], c[k]) for k in a)
+    with pytest.raises(ValueError, match="has layers"):
+        draft_train.train(_args(tmp_path / "x.safetensors", False, "--init", str(first), "--layers", "1"))
 
 
 class _FixedDraft:
