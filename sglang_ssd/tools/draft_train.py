@@ -23,8 +23,9 @@ Pipeline (one thread, fixed seeds; the same arguments give the same weights):
 4. Writes every trained tensor (layers, norm, head unless frozen) and the token ids in bf16 to --out;
    the embedding and frozen parts are not written (draft_build.py takes them from the target).
 Shipped configuration: weights/draft_weights.json holds the exact command and its report (target
-layers 0, 1, 2, 29 as four trained student layers, a trained 8192-row head, the template and cached
-ShareGPT parts, 700 steps of 16 sequences with the last 64 prompt tokens each, fp32).
+layers 0, 1, 2, 29 as four trained student layers, a trained 8192-row head, fp32, 16 sequences a step with
+the last 64 prompt tokens each): 600 steps on the cached ShareGPT parts, warm-started with --init from
+the previous draft (700 steps on the template and the ShareGPT parts cached then).
 """
 
 from __future__ import annotations
