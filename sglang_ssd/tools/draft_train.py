@@ -3,7 +3,7 @@
     python -m sglang_ssd.tools.draft_train --target models/target \\
         [--data models/draft_data] [--parts 2] [--layers 0,1,29] [--vocab 8192] [--freeze head] \\
         [--steps 600] [--holdout N] [--sharegpt-parts 8] [--val-sharegpt 256] [--resume] \\
-        [--init sglang_ssd/tools/weights/draft_weights.safetensors] \\
+        [--init models/runs/prev.safetensors] \\
         [--out sglang_ssd/tools/weights/draft_weights.safetensors]
 
 Pipeline (one thread, fixed seeds; the same arguments give the same weights):
@@ -130,13 +130,20 @@ def read_init(path: Path, layers: list[int]) -> tuple[torch.Tensor, dict, dict]:
 
 
 def load_init(student, init: dict, init_copies: dict, copies: dict, path: Path) -> None:
-    """Overwrite the student's trained tensors with the --init file's (same --freeze parts required)."""
+    """Overwrite the student's trained tensors with the --init file's: it must hold exactly the tensors
+    save_weights would write for this run (same --freeze parts, nothing missing, nothing extra)."""
     if init_copies != copies:
         raise ValueError(f"--init {path} was trained with other --freeze parts than this run")
-    missing = set(init) - set(student.state_dict())
-    if missing:
-        raise ValueError(f"--init {path}: tensors the student does not have: {sorted(missing)[:3]}")
+    expected = {k for k in trained_keys(student) if k not in copies}
+    if set(init) != expected:
+        odd = sorted(set(init) ^ expected)[:3]
+        raise ValueError(f"--init {path} does not hold this run's trained tensors (e.g. {odd})")
     student.load_state_dict(init, strict=False)
+
+
+def trained_keys(student) -> list[str]:
+    """The state-dict keys a weights file carries: layers, final norm and head (not the embedding)."""
+    return [k for k in student.state_dict() if k.startswith(("model.layers.", "model.norm.")) or k == "lm_head.weight"]
 
 
 def make_examples(records: list[dict], token_ids: torch.Tensor, vocab_size: int, max_context: int = 0) -> list[dict]:
@@ -255,6 +262,7 @@ def checkpoint_path(args) -> Path:
 def save_checkpoint(args, step: int, student, opt, order: list[int], rng: random.Random, log: dict) -> None:
     """Everything the loop needs to go on from `step` as if it had never stopped (atomic write)."""
     state = {"step": step, "student": student.state_dict(), "opt": opt.state_dict(), "order": order,
+             "token_ids": student.lm_head.token_ids.clone(),
              "rng": rng.getstate(), "torch_rng": torch.get_rng_state(), "log": log}  # fmt: skip
     path = checkpoint_path(args)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -269,7 +277,7 @@ def train(args) -> dict:
     random.seed(args.seed)
     torch.manual_seed(args.seed)
     t_start, cpu_start = time.time(), time.process_time()
-    if args.init:  # read first: a mismatch fails before the data is loaded; the run keeps its vocabulary
+    if args.init:  # read first, so a wrong file or --layers fails before the data loads; its vocabulary wins
         token_ids, init, init_copies = read_init(args.init, args.layers)
     records, held = load_records(args)
     data_wall, data_cpu = time.time() - t_start, time.process_time() - cpu_start
@@ -284,6 +292,7 @@ def train(args) -> dict:
     del target
     if args.init:
         load_init(student, init, init_copies, copies, args.init)
+        del init
     examples = make_examples(records, token_ids, cfg["vocab_size"], args.max_context)
     val = make_examples(held, token_ids, cfg["vocab_size"])
     params = [p for p in student.parameters() if p.requires_grad]
@@ -292,6 +301,11 @@ def train(args) -> dict:
     log = {"ema_loss": None, "ema_agree": None, "val": []}
     if args.resume and checkpoint_path(args).is_file():
         state = torch.load(checkpoint_path(args), weights_only=False)
+        # The examples were mapped onto this run's head vocabulary: a checkpoint of another one would
+        # train every teacher row against the wrong head row.
+        if "token_ids" in state and not torch.equal(state["token_ids"], student.lm_head.token_ids):
+            raise ValueError(f"{checkpoint_path(args)} has another head vocabulary than this run "
+                             "(other data, --vocab or --init): delete it or use another --out")
         student.load_state_dict(state["student"])
         opt.load_state_dict(state["opt"])
         start, order, log = state["step"], state["order"], state["log"]
@@ -322,7 +336,7 @@ def train(args) -> dict:
     wall, cpu = time.time() - t_start, time.process_time() - cpu_start
     save_weights(student, cfg, copies, args.out)
     report = {
-        "layers": args.layers, "vocab": args.vocab, "freeze": args.freeze,
+        "layers": args.layers, "vocab": len(token_ids), "freeze": args.freeze,
         "trained_params": sum(p.numel() for p in params), "steps": args.steps, "batch": args.batch, "lr": args.lr,
         "records": len(records), "answer_tokens": int(sum(len(r["answer"]) for r in records)),
         "answer_coverage_of_head": round(answer_cov, 4), "final_train_top1_ema": round(log["ema_agree"], 4),
@@ -355,8 +369,8 @@ def save_weights(student, cfg: dict, copies: dict[str, str], out: Path) -> None:
     metadata carries the draft config and the {student key: target key} copies draft_build.py fills in."""
     from safetensors.torch import save_file
 
-    tensors = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in student.state_dict().items()
-               if (k.startswith(("model.layers.", "model.norm.")) or k == "lm_head.weight") and k not in copies}
+    state = student.state_dict()
+    tensors = {k: state[k].detach().to(torch.bfloat16).contiguous() for k in trained_keys(student) if k not in copies}
     tensors[DRAFT_TOKEN_IDS] = student.lm_head.token_ids.clone()
     out.parent.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out), metadata={"draft_config": json.dumps(cfg), "target_copies": json.dumps(copies)})
@@ -380,7 +394,7 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--threads", type=int, default=1, help="torch threads (the same weights for any count "
                     "only up to float rounding: 1 is the reproducible default)")
     # bf16 autocast is opt-in: on this AVX2 CPU (no native bf16) a step took 24x the fp32 time
-    # (120 s against 5 s for 8 sequences, torch 2.13). The shipped weights were trained with it.
+    # (120 s against 5 s for 8 sequences, torch 2.13).
     ap.add_argument("--bf16", dest="bf16", action="store_true", default=False)
     ap.add_argument("--no-bf16", dest="bf16", action="store_false")
     ap.add_argument("--max-context", type=int, default=0,
@@ -411,6 +425,8 @@ def parse_args(argv: list[str] | None = None):
     args = ap.parse_args(argv)
     if args.steps <= 0 or args.batch <= 0 or args.lr <= 0 or args.parts < 0 or args.holdout < 0:
         raise ValueError("--steps, --batch and --lr must be positive, --parts and --holdout non-negative")
+    if args.init is not None and args.init.resolve() == args.out.resolve():
+        raise ValueError("--init and --out are the same file: the run would overwrite its own starting point")
     if args.parts + args.sharegpt_parts == 0:
         raise ValueError("no training data: --parts and --sharegpt-parts are both 0")
     if not 0 <= args.val_sharegpt <= 256 or args.sharegpt_parts < 0:

@@ -66,25 +66,41 @@ def test_resumed_training_equals_an_uninterrupted_run(tmp_path, monkeypatch):
     assert [v[0] for v in report["val_log"]] == [2, 4, 6]
 
 
-def test_warm_start_begins_from_the_init_weights_and_vocabulary(tmp_path, monkeypatch):
+@pytest.mark.parametrize("freeze", ["head", ""])  # the head kept as target rows, or trained and shipped
+def test_warm_start_begins_from_the_init_weights_and_vocabulary(tmp_path, monkeypatch, freeze):
     records = _records(6)
     monkeypatch.setattr(draft_train, "load_records", lambda args: (records, records[:2]))
     first = tmp_path / "first.safetensors"
-    draft_train.train(_args(first, False))
+    draft_train.train(_args(first, False, "--freeze", freeze))
     # One step at a vanishing learning rate: every bf16 weight must come back as the init file's.
     again = tmp_path / "again.safetensors"
-    report = draft_train.train(_args(again, False, "--init", str(first), "--vocab", "256", "--steps", "1",
-                                     "--lr", "1e-12"))  # fmt: skip
+    report = draft_train.train(_args(again, False, "--freeze", freeze, "--init", str(first), "--vocab", "256",
+                                     "--steps", "1", "--lr", "1e-12"))  # fmt: skip
     a, b = load_file(str(first)), load_file(str(again))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert report["init"] == str(first)
+    assert ("lm_head.weight" in a) == (freeze == "")
+    assert report["init"] == str(first) and report["vocab"] == 512
     # From target copies instead, the same step gives other weights (the check above can fail).
     cold = tmp_path / "cold.safetensors"
-    draft_train.train(_args(cold, False, "--steps", "1", "--lr", "1e-12"))
+    draft_train.train(_args(cold, False, "--freeze", freeze, "--steps", "1", "--lr", "1e-12"))
     c = load_file(str(cold))
     assert not all(torch.equal(a[k], c[k]) for k in a)
     with pytest.raises(ValueError, match="has layers"):
         draft_train.train(_args(tmp_path / "x.safetensors", False, "--init", str(first), "--layers", "1"))
+    with pytest.raises(ValueError, match="other --freeze"):
+        draft_train.train(_args(tmp_path / "y.safetensors", False, "--init", str(first),
+                                "--freeze", "head,mlp" if freeze else "head"))
+    with pytest.raises(ValueError, match="same file"):
+        _args(first, False, "--init", str(first))
+
+
+def test_resume_refuses_a_checkpoint_of_another_vocabulary(tmp_path, monkeypatch):
+    records = _records(6)
+    monkeypatch.setattr(draft_train, "load_records", lambda args: (records, records[:2]))
+    out = tmp_path / "run.safetensors"
+    draft_train.train(_args(out, True, "--steps", "2"))  # leaves a checkpoint at step 2
+    with pytest.raises(ValueError, match="another head vocabulary"):
+        draft_train.train(_args(out, True, "--vocab", "256"))
 
 
 class _FixedDraft:
