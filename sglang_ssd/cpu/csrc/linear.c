@@ -71,7 +71,7 @@ void ssd_linear_portable(const float *x, long ldx, const float *wp, const float 
 #define KC 1000000
 #endif
 #define MC 64  /* rows per chunk: their partial sums (MC x PG x 16 floats) sit in a 24 KB scratch */
-#define PG 6   /* panels per group: 1 x 6, 2 x 3, 3 x 2 and 6 x 1 tiles cover it */
+#define PG 6   /* panels per group: 1 x 6, 2 x 3, 3 x 2, 6 x 1 and 4 rows x 3 vectors tiles cover it */
 #define LINE 64
 
 /* One register tile: MR input rows x NP consecutive panels (2 * MR * NP accumulators), over all K.
@@ -153,12 +153,13 @@ static long next_tile_rows(long left) {
     return (left + tiles - 1) / tiles;
 }
 
-/* How a row tile of t <= 6 rows covers a full group of PG panels: as sub-tiles of 1, 2, 3 or 6 rows,
+/* How a row tile of t <= 6 rows covers a full group of PG panels: as sub-tiles of 1, 2, 3, 4 or 6 rows,
  * each run by the tile with at least 10 accumulators for that many rows (fewer leave the FMA units
  * waiting on the previous FMA of the same chain): 1 x 6, 2 x 3, 3 x 2, 6 x 1, and 4 rows by tile_4x3v
- * in one pass (measured 1.1-1.5x faster at M = 4 than the 3 + 1 split it replaced). 5 rows go as
- * 3 + 2: the 3-row pass reads the group from memory two panels at a time, the 2-row pass finds it in
- * L2 (measured faster than two 2 x 3 passes, or 4 x 1 and 5 x 1 tiles). */
+ * in one pass (with the prefetch stream from 4 rows: at M = 4, 1.1-1.6x the speed of the 3 + 1 split
+ * it replaced on every shape but down, 0.94x there, in one interleaved run; bench/results/kernel_ab/).
+ * 5 rows go as 3 + 2: the 3-row pass reads the group from memory two panels at a time, the 2-row pass
+ * finds it in L2 (measured faster than two 2 x 3 passes, or 4 x 1 and 5 x 1 tiles). */
 static long first_sub_rows(long t) { return t == 5 ? 3 : t; }
 
 /* Calls per full group for a sub-tile of r rows: PG / (panels per call), or 4 runs of 3 vectors. */
@@ -189,15 +190,17 @@ AVX2 static void group_pass(const float *x, long ldx, const float *wp, long K, l
         t = next_tile_rows(rows - m);
         for (long r = 0, sr; r < t; r += sr) {
             sr = full ? (r ? t - r : first_sub_rows(t)) : t;
-            long n_calls = full ? calls_per_group(sr) : np, per = np / n_calls;
+            const float *xm = x + (m + r) * ldx;
+            float *srow = s + (m + r) * PG * NR;
+            const int vec_tile = full && sr == 4; /* calls run 3 vectors each, not whole panels */
+            long n_calls = full ? calls_per_group(sr) : np, per = vec_tile ? 0 : np / n_calls;
             for (long c = 0; c < n_calls; ++c) {
-                long q = c * per;
                 long lines = (st->end - st->next) / LINE;
                 lines = lines < share ? lines : share;
-                const float *xm = x + (m + r) * ldx, *wq = wp + q * step;
-                float *sm = s + (m + r) * PG * NR + q * NR;
-                if (full && sr == 4) /* the c-th run of 3 vectors of the group */
-                    tile_4x3v(xm, ldx, wp, K, kn, s + (m + r) * PG * NR, 3 * c, st->next, lines);
+                const float *wq = wp + c * per * step;
+                float *sm = srow + c * per * NR;
+                if (vec_tile)
+                    tile_4x3v(xm, ldx, wp, K, kn, srow, 3 * c, st->next, lines);
                 else if (per == 1)
                     ONE_PANEL[sr](xm, ldx, wq, K, kn, sm, st->next, lines);
                 else if (sr == 1)
@@ -221,7 +224,7 @@ AVX2 void ssd_linear_avx2(const float *x, long ldx, const float *wp, const float
     for (long m0 = 0; m0 < M; m0 += MC) {
         long rows = M - m0 < MC ? M - m0 : MC;
         long lead = LEAD * PG * K * NR * (long)sizeof(float);
-        /* Up to 3 rows the tiles read 3-6 panels at once and memory is the bound: a prefetch stream
+        /* Up to 3 rows the tiles read 2-6 panels at once and memory is the bound: a prefetch stream
          * on top only competes with them (measured 1.3-1.9x slower at M = 1). From 4 rows on the
          * arithmetic is long enough for the stream to hide the read. */
         stream_t st = {(const char *)wp + lead, end};
