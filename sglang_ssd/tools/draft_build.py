@@ -37,10 +37,24 @@ def _digest(path: Path) -> str:
     return h.hexdigest()
 
 
+def read_weights(weights: Path) -> tuple[dict, dict, dict]:
+    """(draft config, tensors, {student key: target key} copies) of a draft weights file written by
+    draft_train; the token ids stay int64, every other tensor comes back fp32."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    with safe_open(str(weights), "pt") as fh:
+        meta = fh.metadata() or {}
+    if "draft_config" not in meta:
+        raise ValueError(f"{weights} has no draft_config metadata")
+    tensors = {k: (v if k == DRAFT_TOKEN_IDS else v.to(torch.float32)) for k, v in load_file(str(weights)).items()}
+    return json.loads(meta["draft_config"]), tensors, json.loads(meta.get("target_copies", "{}"))
+
+
 def build(target: Path, out: Path, weights: Path = DEFAULT_WEIGHTS) -> Path:
     """Write the draft folder `out`; returns it. Raises ValueError on missing or inconsistent inputs."""
     from safetensors import safe_open
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import save_file
 
     target, out, weights = Path(target), Path(out), Path(weights)
     if not (target / "model.safetensors").is_file() or not (target / "config.json").is_file():
@@ -52,17 +66,11 @@ def build(target: Path, out: Path, weights: Path = DEFAULT_WEIGHTS) -> Path:
              "target_weights_size": (target / "model.safetensors").stat().st_size}
     if (out / STAMP).is_file() and json.loads((out / STAMP).read_text()) == stamp:
         return out
-    with safe_open(str(weights), "pt") as fh:
-        meta = fh.metadata() or {}
-    if "draft_config" not in meta:
-        raise ValueError(f"{weights} has no draft_config metadata")
-    cfg = json.loads(meta["draft_config"])
+    cfg, tensors, copies = read_weights(weights)
     target_cfg = json.loads((target / "config.json").read_text())
     for key in ("hidden_size", "vocab_size", "num_attention_heads", "num_key_value_heads", "head_dim"):
         if cfg.get(key) != target_cfg.get(key):
             raise ValueError(f"draft {key}={cfg.get(key)} does not match the target's {target_cfg.get(key)}")
-    tensors = {k: (v if k == DRAFT_TOKEN_IDS else v.to(torch.float32)) for k, v in load_file(str(weights)).items()}
-    copies = json.loads(meta.get("target_copies", "{}"))
     with safe_open(str(target / "model.safetensors"), "pt") as fh:
         emb = fh.get_tensor("model.embed_tokens.weight").to(torch.float32)
         tensors["model.embed_tokens.weight"] = emb

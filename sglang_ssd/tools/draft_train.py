@@ -113,20 +113,14 @@ def build_student(target, layers: list[int], token_ids: torch.Tensor, freeze: tu
 
 
 def read_init(path: Path, layers: list[int]) -> tuple[torch.Tensor, dict, dict]:
-    """(head token ids, trained tensors in fp32, its frozen target copies) of a draft weights file written
-    by save_weights, checked against this run's --layers: a warm start has the run's shape."""
-    from safetensors import safe_open
+    """(head token ids, trained tensors in fp32, its frozen target copies) of a draft weights file,
+    checked against this run's --layers: a warm start has the run's shape."""
+    from sglang_ssd.tools.draft_build import read_weights
 
-    with safe_open(str(path), framework="pt") as f:
-        meta = f.metadata() or {}
-        tensors = {k: f.get_tensor(k) for k in f.keys()}
-    if "draft_config" not in meta or DRAFT_TOKEN_IDS not in tensors:
-        raise ValueError(f"--init {path}: not a draft weights file (no draft_config / {DRAFT_TOKEN_IDS})")
-    source = json.loads(meta["draft_config"]).get("draft_source_layers")
-    if source != layers:
-        raise ValueError(f"--init {path} has layers {source}, the run asks for --layers {layers}")
-    token_ids = tensors.pop(DRAFT_TOKEN_IDS).long()
-    return token_ids, {k: v.float() for k, v in tensors.items()}, json.loads(meta.get("target_copies", "{}"))
+    cfg, tensors, copies = read_weights(path)
+    if cfg.get("draft_source_layers") != layers or DRAFT_TOKEN_IDS not in tensors:
+        raise ValueError(f"--init {path} has layers {cfg.get('draft_source_layers')}, the run asks for --layers {layers}")
+    return tensors.pop(DRAFT_TOKEN_IDS).long(), tensors, copies
 
 
 def load_init(student, init: dict, init_copies: dict, copies: dict, path: Path) -> None:
