@@ -16,7 +16,8 @@ Pipeline (one thread, fixed seeds; the same arguments give the same weights):
    over the --vocab most frequent answer tokens (rows start as the target's tied embedding rows).
    --freeze keeps parts as exact target copies (head rows, attention, MLP): not trained, not shipped.
    --init starts instead from a trained draft's weights file (its layers, norm, head rows and head
-   vocabulary), so a new run on more data goes on from the shipped draft rather than from target copies.
+   vocabulary), so a new run on more data goes on from the shipped draft rather than from target copies;
+   --layers may add target layers around the file's (a deeper draft grown from the shipped one).
 3. Distillation, teacher-forced on prompt + answer: cross-entropy between the target's top-k
    distribution restricted to the head's subset and the draft's distribution, on answer positions only.
    AdamW, linear warm-up then cosine decay, fp32 (`--bf16`: bf16 autocast matmuls, fp32 master weights).
@@ -113,22 +114,41 @@ def build_student(target, layers: list[int], token_ids: torch.Tensor, freeze: tu
 
 
 def read_init(path: Path, layers: list[int]) -> tuple[torch.Tensor, dict, dict]:
-    """(head token ids, trained tensors in fp32, its frozen target copies) of a draft weights file,
-    checked against this run's --layers: a warm start has the run's shape."""
+    """(head token ids, trained tensors in fp32, its frozen target copies) of a draft weights file, with
+    its layer keys renumbered to this run's student. The file's layers must all appear in --layers, in
+    the same order: a run may grow the draft (the added layers start as target copies), not reshuffle it."""
     from sglang_ssd.tools.draft_build import read_weights
 
     cfg, tensors, copies = read_weights(path)
-    if cfg.get("draft_source_layers") != layers or DRAFT_TOKEN_IDS not in tensors:
-        raise ValueError(f"--init {path} has layers {cfg.get('draft_source_layers')}, the run asks for --layers {layers}")
-    return tensors.pop(DRAFT_TOKEN_IDS).long(), tensors, copies
+    src = cfg.get("draft_source_layers") or []
+    pos = {i: j for j, i in enumerate(layers)}
+    kept = [pos.get(i) for i in src]
+    if DRAFT_TOKEN_IDS not in tensors or not src or None in kept or kept != sorted(kept):
+        raise ValueError(f"--init {path} has layers {src}: each must appear in --layers {layers}, in that order")
+    renumber = {f"model.layers.{j}.": f"model.layers.{kept[j]}." for j in range(len(src))}
+
+    def move(key: str) -> str:
+        prefix = ".".join(key.split(".")[:3]) + "."
+        return renumber[prefix] + key[len(prefix):] if prefix in renumber else key
+
+    ids = tensors.pop(DRAFT_TOKEN_IDS).long()
+    return ids, {move(k): v for k, v in tensors.items()}, {move(k): v for k, v in copies.items()}
+
+
+def _from_init(key: str, init_layers: set[int]) -> bool:
+    """Whether a student key is one a grown run takes from the --init file (not a layer it added)."""
+    parts = key.split(".")
+    return not key.startswith("model.layers.") or int(parts[2]) in init_layers
 
 
 def load_init(student, init: dict, init_copies: dict, copies: dict, path: Path) -> None:
-    """Overwrite the student's trained tensors with the --init file's: it must hold exactly the tensors
-    save_weights would write for this run (same --freeze parts, nothing missing, nothing extra)."""
-    if init_copies != copies:
+    """Overwrite the student's trained tensors with the --init file's: for the layers it holds, it must
+    hold exactly the tensors save_weights would write for this run (same --freeze parts, nothing missing,
+    nothing extra); layers the run adds keep their target copies."""
+    layers = {int(k.split(".")[2]) for k in [*init, *init_copies] if k.startswith("model.layers.")}
+    if init_copies != {k: v for k, v in copies.items() if _from_init(k, layers)}:
         raise ValueError(f"--init {path} was trained with other --freeze parts than this run")
-    expected = {k for k in trained_keys(student) if k not in copies}
+    expected = {k for k in trained_keys(student) if k not in copies and _from_init(k, layers)}
     if set(init) != expected:
         odd = sorted(set(init) ^ expected)[:3]
         raise ValueError(f"--init {path} does not hold this run's trained tensors (e.g. {odd})")
@@ -412,7 +432,8 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--cached-only", action="store_true",
                     help="train on the cached batches only (generation still running elsewhere)")
     ap.add_argument("--init", type=Path, default=None,
-                    help="start from this draft weights file (same --layers and --freeze) instead of target copies; "
+                    help="start from this draft weights file instead of target copies (same --freeze; its layers "
+                    "must appear in --layers in order, added layers start as target copies); "
                     "its head vocabulary replaces --vocab")
     ap.add_argument("--resume", action="store_true",
                     help="checkpoint at every validation next to --out, and go on from one if it is there")

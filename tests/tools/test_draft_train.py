@@ -94,6 +94,32 @@ def test_warm_start_begins_from_the_init_weights_and_vocabulary(tmp_path, monkey
         _args(first, False, "--init", str(first))
 
 
+def test_warm_start_grows_the_draft_around_the_init_layers(tmp_path, monkeypatch):
+    records = _records(6)
+    monkeypatch.setattr(draft_train, "load_records", lambda args: (records, records[:2]))
+    first = tmp_path / "first.safetensors"
+    draft_train.train(_args(first, False, "--freeze", "", "--layers", "0,3"))
+    # Target layer 1 goes between the file's two: its student layers 0 and 1 become 0 and 2.
+    tiny = ("--freeze", "", "--layers", "0,1,3", "--steps", "1", "--lr", "1e-12")
+    grown, cold = tmp_path / "grown.safetensors", tmp_path / "cold.safetensors"
+    draft_train.train(_args(grown, False, *tiny, "--init", str(first)))
+    draft_train.train(_args(cold, False, *tiny))
+    a, g, c = load_file(str(first)), load_file(str(grown)), load_file(str(cold))
+    moved = {"model.layers.0.": "model.layers.0.", "model.layers.1.": "model.layers.2."}
+    for key, value in a.items():
+        new_key = next((key.replace(old, to, 1) for old, to in moved.items() if key.startswith(old)), key)
+        assert torch.equal(g[new_key], value), key
+    # The added layer is the target copy a cold run starts from (Adam's first step moves weights near
+    # zero by about the learning rate, 1e-12: hence the tolerance).
+    same = lambda k: torch.allclose(g[k].float(), c[k].float(), rtol=0, atol=1e-9)  # noqa: E731
+    added = [k for k in g if k.startswith("model.layers.1.")]
+    assert added and all(same(k) for k in added)
+    assert not all(same(k) for k in g if k.startswith("model.layers.2."))
+    with pytest.raises(ValueError, match="in that order"):
+        draft_train.train(_args(tmp_path / "x.safetensors", False, "--freeze", "", "--layers", "3,0",
+                                "--init", str(first)))  # fmt: skip
+
+
 def test_resume_refuses_a_checkpoint_of_another_vocabulary(tmp_path, monkeypatch):
     records = _records(6)
     monkeypatch.setattr(draft_train, "load_records", lambda args: (records, records[:2]))
