@@ -3,10 +3,11 @@ the small-M linear route (`linear.py`)."""
 
 
 def install_cpu_support() -> None:
-    """Idempotent: stand-ins for missing kernel packages, the torch verify attention hook, the linear route."""
-    from sglang_ssd.cpu import linear_hooks, verify_attention
+    """Idempotent: stand-ins for missing kernel packages, the verify and decode attention hooks, the linear route."""
+    from sglang_ssd.cpu import attention, linear_hooks, verify_attention
     from sglang_ssd.cpu.stand_ins import install
 
     install()
     verify_attention.register()
+    attention.register()
     linear_hooks.register()

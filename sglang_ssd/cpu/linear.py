@@ -39,7 +39,8 @@ ROUTES = ("auto", "torch", "portable")
 # between decode and verify needs only the small sizes.
 MAX_ROWS = 64
 
-_SOURCE = Path(__file__).with_name("csrc") / "linear.c"
+# One library for the CPU kernels: the linear here and the attention of `attention.py`.
+_SOURCES = tuple(Path(__file__).with_name("csrc") / name for name in ("linear.c", "attention.c"))
 _BUILD_DIR = Path(__file__).with_name("_build")
 # -ffp-contract=off: the portable route must not have its multiply-adds fused behind our back, or
 # its order of rounding would depend on the compiler's mood.
@@ -53,7 +54,7 @@ _F32 = torch.float32
 
 def library_path() -> Path:
     """Where the compiled kernel lives: keyed by the source and flags, so an edit forces a rebuild."""
-    digest = hashlib.sha256(_SOURCE.read_bytes() + " ".join(_CFLAGS).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(b"".join(s.read_bytes() for s in _SOURCES) + " ".join(_CFLAGS).encode()).hexdigest()[:12]
     return _BUILD_DIR / f"ssd_linear-{digest}.so"
 
 
@@ -65,7 +66,8 @@ def build(quiet: bool = False) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
     cc = os.environ.get("CC", "gcc")
-    subprocess.run([cc, *_CFLAGS, "-o", str(tmp), str(_SOURCE)], check=True, capture_output=quiet, text=True)
+    subprocess.run([cc, *_CFLAGS, "-o", str(tmp), *map(str, _SOURCES), "-lm"], check=True, capture_output=quiet,
+                   text=True)  # fmt: skip
     tmp.replace(out)  # atomic: a process racing us sees either nothing or the whole library
     for stale in out.parent.glob("ssd_linear-*.so"):  # builds of earlier sources
         if stale != out:
@@ -96,6 +98,11 @@ def _library() -> ctypes.CDLL | None:
         lib.ssd_packed_size.argtypes = [ctypes.c_long, ctypes.c_long]
         lib.ssd_packed_size.restype = ctypes.c_long
         lib.ssd_cpu_has_avx2_fma.restype = ctypes.c_int
+        p, n = ctypes.c_void_p, ctypes.c_long
+        for name in ("ssd_attention_avx2", "ssd_attention_portable"):
+            fn = getattr(lib, name)
+            fn.argtypes = [p, n, p, p, p, n, p, n, p, p, ctypes.c_int, n, n, p, n, n, n, ctypes.c_float]
+            fn.restype = ctypes.c_int
     _state["lib"] = lib
     return lib
 
@@ -234,6 +241,13 @@ def kernels() -> dict[str, object]:
     if lib.ssd_cpu_has_avx2_fma():
         out["avx2"] = lib.ssd_linear_avx2
     return out
+
+
+def attention_kernel():
+    """The C attention (``csrc/attention.c``) of this process's route, or None on the torch route."""
+    name = route()
+    lib = _state["lib"] if name != "torch" else None
+    return None if lib is None else getattr(lib, f"ssd_attention_{name}")
 
 
 def route_module(module: torch.nn.Module) -> int:

@@ -7,13 +7,16 @@ trees, lower-triangular for chains. This is what the CUDA backends do with their
 
 Installed through SGLang's hook registry as an AROUND hook on `TorchNativeAttnBackend.forward_extend`;
 other forward modes go to the original method untouched. The same change as a source patch lives in
-`patches/0001-torch-native-target-verify.patch`.
+`patches/0001-torch-native-target-verify.patch` (its SDPA form: `torch_verify_attention`); the plugin
+runs the C kernel of `attention.py` where it applies, so that verify and decode agree bit for bit.
 """
 
 from __future__ import annotations
 
 import torch
 from torch.nn.functional import scaled_dot_product_attention
+
+from sglang_ssd.cpu import attention
 
 TARGET = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_extend"
 
@@ -39,13 +42,32 @@ def verify_masks(spec_info, seq_lens: list[int], device) -> list[torch.Tensor]:
 
 
 def verify_attention(backend, q, k, v, layer, forward_batch, save_kv_cache: bool = True) -> torch.Tensor:
-    """Attention for a TARGET_VERIFY batch; q/k/v are [num_tokens, heads * head_dim]."""
-    pool = backend.token_to_kv_pool
+    """Attention for a TARGET_VERIFY batch; q/k/v are [num_tokens, heads * head_dim]. Through the C
+    kernel where it applies (`attention.py`: bit-identical to the decode step's), else torch's SDPA."""
     if save_kv_cache and k is not None and v is not None:
         from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 
-        pool.set_kv_buffer(layer, KVWriteLoc(forward_batch.out_cache_loc, None), k, v)
+        backend.token_to_kv_pool.set_kv_buffer(layer, KVWriteLoc(forward_batch.out_cache_loc, None), k, v)
+    fn = attention.kernel_for(q, layer)
+    if fn is not None:
+        out = attention.paged_attention(fn, backend, q, layer, forward_batch, forward_batch.spec_info.draft_token_num,
+                                        tree_mask(forward_batch), decode=False)  # fmt: skip
+        if out is not None:
+            return out
+    return torch_verify_attention(backend, q, layer, forward_batch)
 
+
+def tree_mask(forward_batch) -> torch.Tensor | None:
+    """[bs, n, n] mask over the draft tokens, or None for chains (the kernel's causal default)."""
+    spec_info = forward_batch.spec_info
+    if getattr(spec_info, "custom_mask", None) is None or getattr(spec_info, "tree_topk", -1) == 1:
+        return None
+    return torch.stack(verify_masks(spec_info, forward_batch.seq_lens.tolist(), "cpu"))
+
+
+def torch_verify_attention(backend, q, layer, forward_batch) -> torch.Tensor:
+    """The same attention with torch's SDPA, one call per request (K/V already written)."""
+    pool = backend.token_to_kv_pool
     spec_info = forward_batch.spec_info
     n = spec_info.draft_token_num
     seq_lens = forward_batch.seq_lens.tolist()

@@ -309,6 +309,7 @@ def cpu_engine_checks(patched_file: str) -> None:
         backend, q, k, v, layer, fb, seqs = make_case(n, seed=5, custom_mask=mask)
         ours = va.verify_attention(backend, q, k, v, layer, fb, save_kv_cache=True)
         torch.testing.assert_close(ours, reference(seqs), atol=1e-5, rtol=1e-5)
+        sdpa_form = va.torch_verify_attention(backend, q, layer, fb)  # what the patch computes
         pool = backend.token_to_kv_pool
         assert torch.equal(pool.k[layer.layer_id][fb.out_cache_loc], k.reshape(-1, KV_HEADS, HEAD_DIM)), name
         assert torch.equal(pool.v[layer.layer_id][fb.out_cache_loc], v.reshape(-1, KV_HEADS, HEAD_DIM)), name
@@ -320,7 +321,7 @@ def cpu_engine_checks(patched_file: str) -> None:
             patched_backend.token_to_kv_pool = backend2.token_to_kv_pool
             patched_backend.req_to_token_pool = backend2.req_to_token_pool
             out = getattr(patched_backend, method)(*fresh[1:6], save_kv_cache=True)
-            assert torch.equal(out, ours), (name, method)
+            assert torch.equal(out, sdpa_form), (name, method)
             assert all(torch.equal(a, b) for a, b in zip(backend2.token_to_kv_pool.k, pool.k)), (name, method)
             assert all(torch.equal(a, b) for a, b in zip(backend2.token_to_kv_pool.v, pool.v)), (name, method)
         print(f"{name}: ok")
@@ -336,6 +337,26 @@ def cpu_engine_checks(patched_file: str) -> None:
     out = real.forward_extend(q, k, v, layer, fb)
     torch.testing.assert_close(out, tree_reference(seqs, TREE_PARENT), atol=1e-5, rtol=1e-5)
     print("hook: ok")
+
+    # the decode hook (C attention), writing the token's K/V through SGLang's KVWriteLoc
+    from sglang_ssd.cpu import attention
+
+    attention.register()
+    HookRegistry.apply_hooks()
+    backend, q, k, v, layer, fb, seqs = make_case(1, seed=7)
+    fb.seq_lens = fb.seq_lens + 1  # a decode step's lengths count the new token
+    real = object.__new__(TorchNativeAttnBackend)
+    real.token_to_kv_pool, real.req_to_token_pool = backend.token_to_kv_pool, backend.req_to_token_pool
+    layer.is_cross_attention, layer.sliding_window_size = False, -1
+    fb.encoder_lens = None
+    used, kernel_call = [], attention.paged_attention
+    attention.paged_attention = lambda *a, **kw: used.append(1) or kernel_call(*a, **kw)
+    out = real.forward_decode(q, k, v, layer, fb)
+    attention.paged_attention = kernel_call
+    assert used or os.environ.get("SGLANG_SSD_CPU_LINEAR") == "torch", "the decode hook did not take the kernel"
+    torch.testing.assert_close(out, chain_reference(seqs, 1), atol=1e-5, rtol=1e-5)
+    assert torch.equal(backend.token_to_kv_pool.k[layer.layer_id][fb.out_cache_loc], k.reshape(-1, KV_HEADS, HEAD_DIM))
+    print("decode hook: ok")
 
 
 @pytest.mark.slow  # ~7 s of CPU: the child imports SGLang's attention and memory-pool modules
@@ -356,5 +377,5 @@ def test_patch_and_hook_match_verify_attention_in_sglang(tmp_path):
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
-    for name in ("chain", "tree", "tree-full-width", "hook"):
+    for name in ("chain", "tree", "tree-full-width", "hook", "decode hook"):
         assert f"{name}: ok" in proc.stdout, proc.stdout

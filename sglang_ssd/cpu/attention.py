@@ -1,0 +1,83 @@
+"""Decode and TARGET_VERIFY attention of SGLang's `torch_native` backend through the C kernel.
+
+``csrc/attention.c`` reads the KV pool through SGLang's token table and reduces every (query, head)
+pair in one fixed order, so a token's attention is bit-identical in a 1-token decode step and in a
+K+1-token verify. With the linear kernel, that makes a verified token's logits equal to the plain
+step's bit for bit: greedy SSD/SD output equals AR by construction, not only away from near-ties.
+It also does in one call per layer what torch does with a dozen per request (gathers, masks, SDPA).
+
+Same switch as the linear route (``SGLANG_SSD_CPU_LINEAR``, read once): ``torch`` keeps SGLang's SDPA
+for decode and the SDPA verify path of ``verify_attention.py``; the kernel is used only where it
+applies (fp32 Q and KV pool, int32 token table, equal Q/V head sizes, no sliding window or
+cross-attention); anything else goes to torch.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from sglang_ssd.cpu import linear as cpu_linear
+
+DECODE_TARGET = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_decode"
+
+
+def kernel_for(q: torch.Tensor, layer):
+    """The C attention for this call, or None where it does not apply."""
+    if not q.is_cpu or q.dtype is not torch.float32 or layer.qk_head_dim != layer.v_head_dim:
+        return None
+    window = getattr(layer, "sliding_window_size", None)
+    if getattr(layer, "is_cross_attention", False) or (window is not None and window > -1):
+        return None
+    return cpu_linear.attention_kernel()
+
+
+def paged_attention(fn, backend, q, layer, forward_batch, n: int, mask: torch.Tensor | None,
+                    decode: bool) -> torch.Tensor | None:
+    """Attention of ``forward_batch``'s queries (n per request) over the pool, K/V already written.
+    ``mask``: uint8 [bs, n, n] over the query tokens (None = causal chain); ``decode``: seq_lens
+    include the queries. None when the pool or table has a layout the kernel does not take."""
+    pool = backend.token_to_kv_pool
+    k_cache, v_cache = pool.get_key_buffer(layer.layer_id), pool.get_value_buffer(layer.layer_id)
+    table = backend.req_to_token_pool.req_to_token
+    heads, kv_heads, dim = layer.tp_q_head_num, layer.tp_k_head_num, layer.qk_head_dim
+    if (
+        k_cache.dtype is not torch.float32 or v_cache.dtype is not torch.float32 or table.dtype is not torch.int32
+        or k_cache.stride() != v_cache.stride() or k_cache.stride()[1:] != (dim, 1) or table.stride(1) != 1
+        or heads % kv_heads or getattr(forward_batch, "encoder_lens", None) is not None
+    ):  # fmt: skip
+        return None
+    q2 = q.reshape(-1, heads * dim)
+    if q2.stride(1) != 1:
+        q2 = q2.contiguous()
+    rows = forward_batch.req_pool_indices.to(torch.int64).contiguous()
+    lens = forward_batch.seq_lens.to(torch.int64).contiguous()
+    if mask is not None:
+        mask = mask.to(torch.uint8).contiguous()
+    out = torch.empty((q2.shape[0], heads * dim), dtype=torch.float32)
+    rc = fn(q2.data_ptr(), q2.stride(0), out.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), k_cache.stride(0),
+            table.data_ptr(), table.stride(0), rows.data_ptr(), lens.data_ptr(), int(decode), rows.numel(), n,
+            None if mask is None else mask.data_ptr(), heads, kv_heads, dim, float(layer.scaling))  # fmt: skip
+    return out if rc == 0 else None
+
+
+def forward_decode_hook(original, backend, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
+    """AROUND hook on ``forward_decode``: the C attention where it applies, SGLang's SDPA otherwise."""
+    fn = kernel_for(q, layer)
+    if fn is None:
+        return original(backend, q, k, v, layer, forward_batch, save_kv_cache, **kwargs)
+    if save_kv_cache and k is not None and v is not None:
+        from sglang.srt.mem_cache.memory_pool import KVWriteLoc
+
+        loc = KVWriteLoc(forward_batch.out_cache_loc, getattr(backend, "swa_out_cache_loc", None))
+        backend.token_to_kv_pool.set_kv_buffer(layer, loc, k, v)
+    out = paged_attention(fn, backend, q, layer, forward_batch, 1, None, decode=True)
+    if out is None:  # K/V are written: SGLang's path must not write them again
+        return original(backend, q, k, v, layer, forward_batch, False, **kwargs)
+    return out
+
+
+def register() -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    if not any(h is forward_decode_hook for _, h, _ in HookRegistry._hooks.get(DECODE_TARGET, [])):
+        HookRegistry.register(DECODE_TARGET, forward_decode_hook, HookType.AROUND)
