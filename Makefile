@@ -37,7 +37,9 @@ models: install models/target/config.json models/draft/config.json models/ngram.
 models/target/config.json:
 	$(PY) -m sglang_ssd.tools.convert --out models/target
 
-models/draft/config.json: models/target/config.json
+# After a pull that brings new draft weights the folder is rebuilt (draft_build compares their digest and
+# rewrites nothing when they are the same).
+models/draft/config.json: models/target/config.json sglang_ssd/tools/weights/draft_weights.safetensors
 	$(PY) -m sglang_ssd.tools.draft_build --target models/target --out models/draft
 
 models/ngram.json: models/target/config.json
