@@ -245,9 +245,12 @@ def kernels() -> dict[str, object]:
 
 def attention_kernel():
     """The C attention (``csrc/attention.c``) of this process's route, or None on the torch route."""
-    name = route()
-    lib = _state["lib"] if name != "torch" else None
-    return None if lib is None else getattr(lib, f"ssd_attention_{name}")
+    fn = _state.get("attention", _UNRESOLVED)  # per layer and step: no lock once decided
+    if fn is _UNRESOLVED:
+        name = route()
+        lib = _library() if name != "torch" else None
+        fn = _state["attention"] = None if lib is None else getattr(lib, f"ssd_attention_{name}")
+    return fn
 
 
 def route_module(module: torch.nn.Module) -> int:

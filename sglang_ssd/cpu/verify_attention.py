@@ -21,15 +21,19 @@ from sglang_ssd.cpu import attention
 TARGET = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_extend"
 
 
+def is_chain(spec_info) -> bool:
+    """A chain verify (no custom mask, or a top-1 tree): every draft sees the drafts before it."""
+    return getattr(spec_info, "custom_mask", None) is None or getattr(spec_info, "tree_topk", -1) == 1
+
+
 def verify_masks(spec_info, seq_lens: list[int], device) -> list[torch.Tensor]:
     """Per request, the [n, n] bool mask over its draft tokens (True = may attend)."""
     n = spec_info.draft_token_num
     bs = len(seq_lens)
-    custom = getattr(spec_info, "custom_mask", None)
-    if custom is None or getattr(spec_info, "tree_topk", -1) == 1:
+    if is_chain(spec_info):
         causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
         return [causal] * bs
-    flat = custom.reshape(-1).to(torch.bool)
+    flat = spec_info.custom_mask.reshape(-1).to(torch.bool)
     if flat.numel() >= bs * n * n and flat.numel() != sum((s + n) * n for s in seq_lens):
         return list(flat[: bs * n * n].view(bs, n, n))
     # Full-width layout (GPU style): each request's rows span prefix + drafts; keep the draft block.
@@ -60,7 +64,7 @@ def verify_attention(backend, q, k, v, layer, forward_batch, save_kv_cache: bool
 def tree_mask(forward_batch) -> torch.Tensor | None:
     """[bs, n, n] mask over the draft tokens, or None for chains (the kernel's causal default)."""
     spec_info = forward_batch.spec_info
-    if getattr(spec_info, "custom_mask", None) is None or getattr(spec_info, "tree_topk", -1) == 1:
+    if is_chain(spec_info):
         return None
     return torch.stack(verify_masks(spec_info, forward_batch.seq_lens.tolist(), "cpu"))
 
