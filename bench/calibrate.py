@@ -98,6 +98,62 @@ def machine_info() -> dict:
 # ---- target ---------------------------------------------------------------------------------------
 
 
+class ServedAttention:
+    """The served target's attention for the transformers forward: the C kernel of ``cpu/attention.py``
+    over a KV pool in SGLang's layout ([slots, kv_heads, head_dim], ``capacity`` slots per sequence,
+    read through a token table), so T_v(n) is timed with the attention the server runs, not SDPA.
+    Each call writes only its new tokens into the pool, as SGLang's ``set_kv_buffer`` does; transformers'
+    own cache still holds the same K/V (and is what ``crop`` rewinds). ``on = False`` (the torch route)
+    runs SDPA, as the server does on that route."""
+
+    NAME = "ssd_served"
+
+    def __init__(self, fn, layers: int, batch: int, capacity: int, kv_heads: int, dim: int) -> None:
+        self.fn, self.capacity, self.on = fn, capacity, True
+        self.k = torch.zeros(layers, batch * capacity, kv_heads, dim)
+        self.v = torch.zeros_like(self.k)
+        slots = torch.arange(batch, dtype=torch.int32)[:, None] * capacity + torch.arange(capacity, dtype=torch.int32)
+        self.table, self.rows = slots.contiguous(), torch.arange(batch, dtype=torch.int64)
+
+    def __call__(self, module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        b, heads, n, dim = query.shape
+        s, kv_heads = key.shape[2], key.shape[1]
+        if not self.on or s > self.capacity:
+            return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                          scaling=scaling, **kwargs)  # fmt: skip
+        k_pool, v_pool = self.k[module.layer_idx], self.v[module.layer_idx]
+        k_pool.view(b, self.capacity, kv_heads, dim)[:, s - n : s] = key[:, :, s - n :].transpose(1, 2)
+        v_pool.view(b, self.capacity, kv_heads, dim)[:, s - n : s] = value[:, :, s - n :].transpose(1, 2)
+        q = query.transpose(1, 2).reshape(b * n, heads * dim)  # SGLang's [tokens, heads * dim]
+        out = torch.empty(b * n, heads * dim)
+        lens = torch.full((b,), s, dtype=torch.int64)
+        rc = self.fn(q.data_ptr(), q.stride(0), out.data_ptr(), k_pool.data_ptr(), v_pool.data_ptr(),
+                     k_pool.stride(0), self.table.data_ptr(), self.table.stride(0), self.rows.data_ptr(),
+                     lens.data_ptr(), 1, b, n, None, heads, kv_heads, dim, float(scaling))  # fmt: skip
+        if rc != 0:
+            raise RuntimeError(f"C attention failed (rc {rc})")
+        return out.view(b, n, heads, dim), None
+
+
+def served_attention(model, batch: int, capacity: int) -> ServedAttention | None:
+    """Route ``model``'s attention through ``ServedAttention`` where the server runs the C attention."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+    fn = cpu_linear.attention_kernel()
+    if fn is None:
+        return None
+    cfg = model.config
+    attn = ServedAttention(fn, cfg.num_hidden_layers, batch, capacity, cfg.num_key_value_heads,
+                           cfg.hidden_size // cfg.num_attention_heads)  # fmt: skip
+    AttentionInterface.register(ServedAttention.NAME, attn)
+    AttentionMaskInterface.register(ServedAttention.NAME, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+    model.set_attn_implementation(ServedAttention.NAME)
+    return attn
+
+
 def calibrate_target(
     folder: Path, context: int, max_n: int, batches: list[int], repeats: int, compare_torch: bool = False
 ) -> dict:
@@ -125,6 +181,11 @@ def calibrate_target(
         "verify_ms_by_batch": {},
     }
     for b in batches:
+        attn = served_attention(model, b, context + max_n)
+        if b == batches[0]:
+            out["attention"] = ("sglang_ssd C attention over a paged pool (as served)" if attn
+                                else "transformers SDPA")  # fmt: skip
+            log(f"target attention: {out['attention']}")
         ctx = torch.randint(0, cfg.vocab_size, (b, context), generator=g)
         cache = DynamicCache(config=cfg)
         t0 = time.perf_counter()
@@ -133,8 +194,10 @@ def calibrate_target(
         log(f"  batch {b}: prefill of {context} tokens in {(time.perf_counter() - t0) * 1e3:.0f} ms")
         new = torch.randint(0, cfg.vocab_size, (b, max_n), generator=g)
 
-        def verify(n: int, route: str = cpu_linear.route(), cache=cache, new=new, b=b) -> None:
+        def verify(n: int, route: str = cpu_linear.route(), cache=cache, new=new, b=b, attn=attn) -> None:
             pos = torch.arange(context, context + n).expand(b, n)
+            if attn is not None:  # the torch route serves SDPA attention
+                attn.on = route != "torch"
             with torch.inference_mode(), cpu_linear.use_route(route):
                 model(input_ids=new[:, :n], past_key_values=cache, use_cache=True, position_ids=pos)
             cache.crop(-n)  # the next timing starts from the same context
@@ -337,7 +400,7 @@ def curve_line(target: dict) -> str:
     """The fixed-form line bench/README.md carries (batch 1, the route the server uses)."""
     row = target["verify_ms_by_batch"]["1"][:8]
     line = CURVE_PREFIX + " ".join(f"{t / row[0]:.2f}" for t in row)
-    line += f" (bare forward, {target['linear_route']})"
+    line += f" (bare forward, {target['linear_route']}; attention: {target.get('attention', 'transformers SDPA')})"
     old = target.get("verify_ms_torch_route_by_batch", {}).get("1")
     if old:
         line += ("; torch route " + " ".join(f"{t / old[0]:.2f}" for t in old[:8])

@@ -11,7 +11,7 @@ flags=("${1:-}" "${2:-}" "${3:-}")
 for v in 0 1 2; do
     # shellcheck disable=SC2086  # the flags are a word list on purpose
     gcc -O3 -ffp-contract=off -fno-math-errno -c ${flags[$v]} -Dssd_linear_avx2=lin_v$v -Dssd_pack=pack_v$v \
-        -Dssd_packed_size=pk_size_v$v -Dssd_linear_portable=port_v$v -Dssd_cpu_has_avx2_fma=has_v$v \
+        -Dssd_packed_size=pk_size_v$v -Dssd_linear_portable=port_v$v -Dssd_cpu_has_avx2_fma=has_v$v -Dssd_linear_avx512=z512_v$v \
         "$src" -o "$tmp/l$v.o"
     echo "v$v: ${flags[$v]:-(default)}"
 done

@@ -43,12 +43,17 @@ COUNTERS = ("ssd_hits", "ssd_lookups", "ssd_fast_backups", "ssd_drafted", "ssd_a
             "ssd_hit_rounds", "ssd_hit_link_s", "ssd_hit_verify_s")
 
 
-def configs(draft: str, k: str, budget: str, ablations: bool, k_variants: list[str],
-            ngram: str = str(ROOT / "models" / "ngram.json")) -> dict[str, tuple[list[str], dict]]:
-    """name -> (extra server args, record metadata: k, budget, backup, fanout, saguaro_c, colocated, t_min)."""
-    def ssd(kk: str = k) -> list[str]:
+ABLATIONS = ("ssd_uniform", "ssd_neural", "ssd_fast", "ssd_c0.5", "ssd_qsparse", "ssd_c0.2")
+
+
+def configs(draft: str, k: str, budget: str, k_variants: list[str],
+            ngram: str = str(ROOT / "models" / "ngram.json"),
+            budget_variants: list[str] = ()) -> dict[str, tuple[list[str], dict]]:
+    """name -> (extra server args, record metadata: k, budget, backup, fanout, saguaro_c, colocated, t_min).
+    The ablation configurations are always defined, so ``--configs`` can name any of them."""
+    def ssd(kk: str = k, bb: str = budget) -> list[str]:
         return ["--speculative-algorithm", "SSD", "--speculative-draft-model-path", draft, "--ssd-k", kk,
-                "--ssd-budget", budget]
+                "--ssd-budget", bb]
 
     meta = {"k": int(k) if k.isdigit() else k, "budget": int(budget), "fanout": "geometric", "saguaro_c": 1.0}
     out = {
@@ -71,19 +76,23 @@ def configs(draft: str, k: str, budget: str, ablations: bool, k_variants: list[s
     for kk in k_variants:  # fixed-K SSD points next to `--ssd-k auto`
         out[f"ssd_k{kk}"] = ([*ssd(kk), "--ssd-draft-cores", "1", "--ssd-backup", "auto"],
                              {**meta, "k": int(kk), "backup": "auto"})
-    if ablations:
-        out |= {
-            "ssd_uniform": ([*ssd(), "--ssd-fanout", "uniform", "--ssd-draft-cores", "1"],
-                            {**meta, "fanout": "uniform", "backup": "auto"}),
-            "ssd_neural": ([*ssd(), "--ssd-backup", "neural", "--ssd-draft-cores", "1"], {**meta, "backup": "neural"}),
-            "ssd_fast": ([*ssd(), "--ssd-backup", "fast", "--ssd-draft-cores", "1"], {**meta, "backup": "fast"}),
-            "ssd_c0.5": ([*ssd(), "--ssd-saguaro-c", "0.5", "--ssd-draft-cores", "1"],
-                         {**meta, "saguaro_c": 0.5, "backup": "auto", "t_min": 0.01}),
-            "ssd_qsparse": ([*ssd(), "--ssd-q-support", "64", "--ssd-draft-cores", "1"],
-                            {**meta, "backup": "auto", "q_support": 64, "t_min": 0.01}),
-            "ssd_c0.2": ([*ssd(), "--ssd-saguaro-c", "0.2", "--ssd-draft-cores", "1"],
-                         {**meta, "saguaro_c": 0.2, "backup": "auto", "t_min": 0.01}),
-        }
+    for bb in budget_variants:  # the speculation budget ΣF, geometric and uniform fan-out
+        for tag, fan in (("b", "geometric"), ("u", "uniform")):
+            out[f"ssd_{tag}{bb}"] = ([*ssd(bb=bb), "--ssd-fanout", fan, "--ssd-draft-cores", "1", "--ssd-backup", "auto"],
+                                     {**meta, "budget": int(bb), "fanout": fan, "backup": "auto"})
+    # the ablations (--ablations runs them all)
+    out |= {
+        "ssd_uniform": ([*ssd(), "--ssd-fanout", "uniform", "--ssd-draft-cores", "1"],
+                        {**meta, "fanout": "uniform", "backup": "auto"}),
+        "ssd_neural": ([*ssd(), "--ssd-backup", "neural", "--ssd-draft-cores", "1"], {**meta, "backup": "neural"}),
+        "ssd_fast": ([*ssd(), "--ssd-backup", "fast", "--ssd-draft-cores", "1"], {**meta, "backup": "fast"}),
+        "ssd_c0.5": ([*ssd(), "--ssd-saguaro-c", "0.5", "--ssd-draft-cores", "1"],
+                     {**meta, "saguaro_c": 0.5, "backup": "auto", "t_min": 0.01}),
+        "ssd_qsparse": ([*ssd(), "--ssd-q-support", "64", "--ssd-draft-cores", "1"],
+                        {**meta, "backup": "auto", "q_support": 64, "t_min": 0.01}),
+        "ssd_c0.2": ([*ssd(), "--ssd-saguaro-c", "0.2", "--ssd-draft-cores", "1"],
+                     {**meta, "saguaro_c": 0.2, "backup": "auto", "t_min": 0.01}),
+    }
     return out
 
 
@@ -193,6 +202,11 @@ def per_k_counts(before: dict, after: dict) -> dict:
         hit[str(k)] = round((after.get(f"hit_k{k}", 0) - before.get(f"hit_k{k}", 0)) / n, 3)
         fan[str(k)] = round((after.get(f"fanout_k{k}", 0) - before.get(f"fanout_k{k}", 0)) / n, 2)
     out = {"k_hist": hist, "hit_rate_by_k": hit, "fanout_by_k": fan} if hist else {}
+    steps = after.get("tree_step_count", 0) - before.get("tree_step_count", 0)
+    if steps > 0:  # the draft server's batched forwards (glue and branch steps) in this window
+        busy = (after["tree_step_count"] * after["tree_step_ms_mean"]
+                - before.get("tree_step_count", 0) * before.get("tree_step_ms_mean", 0.0))
+        out.update(draft_steps=steps, draft_step_ms=busy / steps, draft_busy_ms=busy)
     neural, fast = (after.get(f"backup_{x}", 0) - before.get(f"backup_{x}", 0) for x in ("neural", "fast"))
     if neural + fast:  # which backup the draft server's policy actually used on misses
         out["neural_backup_share"] = round(neural / (neural + fast), 3)
@@ -380,6 +394,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calibration", default=None,
                     help="bench/calibrate.py JSON: also compare every record with the planner's prediction")
     ap.add_argument("--budget", default="12")
+    ap.add_argument("--budget-variants", default="",
+                    help="extra speculation budgets, e.g. 24,36: configurations ssd_bB (geometric) and ssd_uB "
+                         "(uniform fan-out), to be named in --configs")
     ap.add_argument("--old-draft", default=None,
                     help="a second draft folder: configuration NAME~old (e.g. ssd~old) runs NAME with it")
     ap.add_argument("--dataset", choices=("prompts", "sharegpt"), default="prompts",
@@ -399,11 +416,12 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     dataset = prepare_dataset(args.dataset, out)
     k_variants = [x for x in args.k_variants.split(",") if x]
-    all_cfgs = configs(args.draft, args.k, args.budget, args.ablations, k_variants)
+    budget_variants = [x for x in args.budget_variants.split(",") if x]
+    all_cfgs = configs(args.draft, args.k, args.budget, k_variants, budget_variants=budget_variants)
     names = [n for n in args.configs.split(",") if n]
     names += [f"ssd_k{k}" for k in k_variants if f"ssd_k{k}" not in names]
     if args.ablations:
-        names += [n for n in all_cfgs if n.startswith("ssd_") and n not in names]
+        names += [n for n in ABLATIONS if n not in names]
     # `NAME@ROUTE` runs configuration NAME with the CPU linear route ROUTE (e.g. `ar@torch`: today's
     # F.linear path) on the target and its draft server, next to NAME on the default route.
     for n in names:
@@ -413,7 +431,8 @@ def main(argv: list[str] | None = None) -> int:
             all_cfgs[n] = (extra, {**meta, "linear_route": route})
     # `NAME~old` runs configuration NAME with --old-draft instead of --draft (a draft A/B in one run).
     if args.old_draft:
-        old_cfgs = configs(args.old_draft, args.k, args.budget, args.ablations, k_variants)
+        old_cfgs = configs(args.old_draft, args.k, args.budget, k_variants,
+                           budget_variants=budget_variants)
         for n in names:
             base, _, tag = n.partition("~")
             if tag == "old" and base in old_cfgs:

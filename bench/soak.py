@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     dataset = out / "prompts.jsonl"
     distinct = write_dataset(dataset, rows=20000)
-    cfgs = configs(args.draft, "4", "12", False, [])
+    cfgs = configs(args.draft, "4", "12", [])
     names = [n for n in args.configs.split(",") if n]
     unknown = [n for n in names if n not in cfgs]
     if unknown or "ar" not in names or SOAK_CONFIG not in names:

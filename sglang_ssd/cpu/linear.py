@@ -98,6 +98,8 @@ def _library() -> ctypes.CDLL | None:
         lib.ssd_packed_size.argtypes = [ctypes.c_long, ctypes.c_long]
         lib.ssd_packed_size.restype = ctypes.c_long
         lib.ssd_cpu_has_avx2_fma.restype = ctypes.c_int
+        lib.ssd_linear_avx512.argtypes = [ctypes.c_int]
+        lib.ssd_linear_avx512.restype = ctypes.c_int
         p, n = ctypes.c_void_p, ctypes.c_long
         for name in ("ssd_attention_avx2", "ssd_attention_portable"):
             fn = getattr(lib, name)
@@ -126,7 +128,9 @@ def _resolve() -> tuple[str, object | None]:
         _state["route"], _state["fn"] = route, fns.get(route)
         # stderr, not logging: SGLang's processes show only their own loggers, and which route
         # served a run must be visible in its log (benchmarks compare the two).
-        print(f"sglang_ssd: CPU linear route: {route} ({ENV}={wanted}, pid {os.getpid()})", file=sys.stderr, flush=True)
+        tiles = " with AVX-512 tiles" if route == "avx2" and avx512_tiles() else ""
+        print(f"sglang_ssd: CPU linear route: {route}{tiles} ({ENV}={wanted}, pid {os.getpid()})", file=sys.stderr,
+              flush=True)  # fmt: skip
         return route, _state["fn"]
 
 
@@ -139,7 +143,23 @@ def describe() -> str:
     r = route()
     if r == "torch":
         return "torch F.linear (kernel off)"
-    return f"sglang_ssd {r} kernel for fp32 rows <= {MAX_ROWS} at 1 thread, torch otherwise"
+    tiles = " (AVX-512 tiles from 2 rows)" if r == "avx2" and avx512_tiles() else ""
+    return f"sglang_ssd {r} kernel{tiles} for fp32 rows <= {MAX_ROWS} at 1 thread, torch otherwise"
+
+
+def avx512_tiles(on: bool | None = None) -> bool:
+    """Whether the avx2 route runs its AVX-512 tiles (where the CPU has AVX-512F; same bits either
+    way). ``on`` switches them (tests and benchmarks compare the two); None only asks."""
+    lib = _library()
+    if lib is None:
+        return False
+    if on is None:
+        state = _state.get("avx512")
+        if state is None:
+            state = _state["avx512"] = bool(lib.ssd_linear_avx512(1))
+        return state
+    _state["avx512"] = bool(lib.ssd_linear_avx512(int(on)))
+    return _state["avx512"]
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

@@ -210,3 +210,21 @@ def test_a_weight_changed_in_place_is_packed_again():
     torch.testing.assert_close(cpu_linear.linear(x, w), 2 * first)
     w.data = torch.randn(40, 24, generator=g)
     torch.testing.assert_close(cpu_linear.linear(x, w), F.linear(x, w), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.skipif("avx2" not in KERNELS or not cpu_linear.avx512_tiles(), reason="no AVX-512F on this CPU")
+@pytest.mark.parametrize("k,n", [(576, 960), (1536, 576), (64, 130), (77, 200)])
+def test_avx512_tiles_give_the_avx2_tiles_bits(k, n):
+    # The AVX-512 tiles run the same FMA chain per element: switching them must not move a bit, for
+    # every row count (2-6 row tiles, their splits above 6, and the chunks above 64).
+    fn = KERNELS["avx2"]
+    g = torch.Generator().manual_seed(k + n)
+    w, b, x = torch.randn(n, k, generator=g), torch.randn(n, generator=g), torch.randn(70, k, generator=g)
+    try:
+        for m in list(range(1, 18)) + [23, 40, 64]:
+            assert cpu_linear.avx512_tiles(True)
+            wide = cpu_linear.run(fn, x[:m], w, b)
+            assert not cpu_linear.avx512_tiles(False)
+            assert torch.equal(wide, cpu_linear.run(fn, x[:m], w, b)), (k, n, m)
+    finally:
+        cpu_linear.avx512_tiles(True)
