@@ -65,6 +65,9 @@ void ssd_linear_portable(const float *x, long ldx, const float *wp, const float 
 #ifndef PF_MIN_ROWS
 #define PF_MIN_ROWS 4
 #endif
+#ifndef PF_MIN_ROWS_512 /* with the AVX-512 tiles, which read a whole group per pass up to 5 rows */
+#define PF_MIN_ROWS_512 6
+#endif
 /* k steps per pass over a group (the partial sums wait in the scratch between passes). Passes of 64 and
  * 128 steps, which keep a slice of each panel in L1 across the row tiles, measured no faster. */
 #ifndef KC
@@ -187,6 +190,8 @@ static int avx512_on(void) {
     }
     return use_avx512;
 }
+#else
+static int avx512_on(void) { return 0; }
 #endif
 
 static const tile_fn ONE_PANEL[7] = {0, tile_1x1, tile_2x1, tile_3x1, tile_4x1, tile_5x1, tile_6x1};
@@ -303,11 +308,12 @@ AVX2 void ssd_linear_avx2(const float *x, long ldx, const float *wp, const float
     for (long m0 = 0; m0 < M; m0 += MC) {
         long rows = M - m0 < MC ? M - m0 : MC;
         long lead = LEAD * PG * K * NR * (long)sizeof(float);
-        /* Up to 3 rows the tiles read 2-6 panels at once and memory is the bound: a prefetch stream
-         * on top only competes with them (measured 1.3-1.9x slower at M = 1). From 4 rows on the
-         * arithmetic is long enough for the stream to hide the read. */
+        /* Up to 3 rows the AVX2 tiles read 2-6 panels at once and memory is the bound: a prefetch
+         * stream on top only competes with them (measured 1.3-1.9x slower at M = 1). From 4 rows on
+         * the arithmetic is long enough for the stream to hide the read. The AVX-512 tiles read whole
+         * groups up to 5 rows, and the stream helps them only from 6 (kernel_ab at M = 4-5: 0.9x). */
         stream_t st = {(const char *)wp + lead, end};
-        if (st.next > end || rows < PF_MIN_ROWS) st.next = end;
+        if (st.next > end || rows < (avx512_on() ? PF_MIN_ROWS_512 : PF_MIN_ROWS)) st.next = end;
         for (long p = 0; p < panels; p += PG) {
             long np = panels - p < PG ? panels - p : PG;
             memset(s, 0, sizeof(float) * (size_t)(rows * PG * NR));
