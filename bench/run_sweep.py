@@ -176,6 +176,8 @@ def summarize(name: str, bench: dict, before: dict, after: dict, extra: dict) ->
             rec["auto_k_step_ms"] = after.get("ssd_auto_k_step_ms")
             rec["auto_k_gap_ms"] = after.get("ssd_auto_k_gap_ms")
         rec.update(per_k_counts(before.get("ssd_draft_server", {}), after.get("ssd_draft_server", {})))
+        if rec.get("draft_busy_ms") is not None:  # the draft server's forwards per target round
+            rec["draft_ms_per_round"] = rec["draft_busy_ms"] / d["ssd_rounds"]
         rec["steps"] = d["ssd_rounds"]  # worker decode steps in the measured window
         rec["worker_busy_s"] = d["ssd_total_s"]
         rec["verify_ms"] = 1000 * d["ssd_verify_s"] / d["ssd_rounds"]
@@ -204,8 +206,7 @@ def per_k_counts(before: dict, after: dict) -> dict:
     out = {"k_hist": hist, "hit_rate_by_k": hit, "fanout_by_k": fan} if hist else {}
     steps = after.get("tree_step_count", 0) - before.get("tree_step_count", 0)
     if steps > 0:  # the draft server's batched forwards (glue and branch steps) in this window
-        busy = (after["tree_step_count"] * after["tree_step_ms_mean"]
-                - before.get("tree_step_count", 0) * before.get("tree_step_ms_mean", 0.0))
+        busy = (after.get("tree_step_us_total", 0) - before.get("tree_step_us_total", 0)) / 1000
         out.update(draft_steps=steps, draft_step_ms=busy / steps, draft_busy_ms=busy)
     neural, fast = (after.get(f"backup_{x}", 0) - before.get(f"backup_{x}", 0) for x in ("neural", "fast"))
     if neural + fast:  # which backup the draft server's policy actually used on misses
@@ -296,6 +297,11 @@ def route_lines(records: list[dict]) -> list[str]:
         if route and new:
             out.append(f"route {base} T={t:g} c={c}: default/{route} = "
                        f"{new['output_throughput'] / r['output_throughput']:.2f}")
+    for (name, t, c), r in sorted(at.items()):
+        if r.get("draft_ms_per_round") is not None and r.get("verify_ms"):
+            out.append(f"draft server {name} T={t:g} c={c}: {r['draft_ms_per_round']:.1f} ms of forwards per round "
+                       f"({r['draft_steps'] / r['steps']:.1f} steps of {r['draft_step_ms']:.1f} ms) against a "
+                       f"{r['verify_ms']:.1f} ms verify step")
     for suffix in ("", "@torch"):
         ssd, plain = at.get((f"ssd{suffix}", 0.0, 1)), at.get((f"ssd_k0{suffix}", 0.0, 1))
         if ssd and plain and ssd.get("verify_ms") and plain.get("verify_ms"):

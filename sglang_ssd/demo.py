@@ -1,7 +1,9 @@
 """`make demo`: the embedded pair served by SGLang on this CPU, AR vs SSD.
 
-Starts the AR server (target only) and the SSD server (target on core 0, draft server on core 1),
-sends a few prompts of each kind to both, prints the answers, tokens/s and the SSD cache hit rate.
+Starts the AR server (target only) and the SSD server (target on core 0, draft server on core 1)
+side by side, warms both up (the first request packs the weights for the CPU kernel), then sends a few
+prompts of each kind to them in turn (AR, SSD, AR, SSD, ...: a load drift on the shared machine hits
+both alike), and prints the answers, tokens/s, SSD/AR and the SSD cache hit rate.
 """
 
 from __future__ import annotations
@@ -25,14 +27,21 @@ def _chat(tokenizer, text: str) -> list[int]:
     return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
 
-def _run(server: SGLangServer, prompts: list[list[int]], max_new: int) -> tuple[list[dict], float, int]:
-    outs, tokens, t0 = [], 0, time.perf_counter()
-    for i, ids in enumerate(prompts, 1):
-        out = server.generate(ids, {"temperature": 0, "max_new_tokens": max_new})
-        tokens += out["meta_info"]["completion_tokens"]
-        outs.append(out)
-        print(f"  [{i}/{len(prompts)}] {out['meta_info']['completion_tokens']} tokens", flush=True)
-    return outs, time.perf_counter() - t0, tokens
+def _timed(server: SGLangServer, ids: list[int], max_new: int) -> tuple[dict, float]:
+    t0 = time.perf_counter()
+    out = server.generate(ids, {"temperature": 0, "max_new_tokens": max_new})
+    return out, time.perf_counter() - t0
+
+
+def _ssd_line(before: dict, after: dict) -> str:
+    """Hit rate, α and tokens per round over the timed requests (the counters minus the warm-up)."""
+    d = {k: after.get(k, 0) - before.get(k, 0) for k in ("ssd_hits", "ssd_lookups", "ssd_accepted", "ssd_rejected",
+                                                         "ssd_emitted", "ssd_rounds")}  # fmt: skip
+    hit = d["ssd_hits"] / d["ssd_lookups"] if d["ssd_lookups"] else 0.0
+    judged = d["ssd_accepted"] + d["ssd_rejected"]
+    alpha = d["ssd_accepted"] / judged if judged else 0.0
+    per_round = d["ssd_emitted"] / d["ssd_rounds"] if d["ssd_rounds"] else 0.0
+    return f"hit rate {hit:.2f}, alpha {alpha:.2f}, {per_round:.2f} tokens per round"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,7 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--draft", default=str(ROOT / "models" / "draft"))
     ap.add_argument("--per-kind", type=int, default=1)
     ap.add_argument("--max-new-tokens", type=int, default=64)
+    # The settings of the CPU benchmarks (bench/README.md), not the GPU-minded launch defaults.
     ap.add_argument("--ssd-k", default="4")
+    ap.add_argument("--ssd-budget", default="12")
+    ap.add_argument("--ssd-backup", default="auto")
     args = ap.parse_args(argv)
     for name, path in (("--target", args.target), ("--draft", args.draft)):
         if not (Path(path) / "config.json").is_file():
@@ -55,29 +67,42 @@ def main(argv: list[str] | None = None) -> int:
     two_cores = len(os.sched_getaffinity(0)) >= 2
     base = ["--model-path", args.target, *CPU_SERVER_ARGS]
     ssd_args = [*base, "--speculative-algorithm", "SSD", "--speculative-draft-model-path", args.draft,
-                "--ssd-k", args.ssd_k, "--ssd-backup", "neural"]
+                "--ssd-k", args.ssd_k, "--ssd-budget", args.ssd_budget, "--ssd-backup", args.ssd_backup]
     if two_cores:
         ssd_args += ["--ssd-draft-cores", "1"]
-    results = {}
-    for name, argv_ in (("AR", base), ("SSD", ssd_args)):
-        print(f"starting the {name} server (about a minute on 2 cores) ...", flush=True)
-        with SGLangServer(argv_, cpu_cores={0} if two_cores else None) as server:
-            print(f"{name} server ready in {server.start_seconds:.0f} s", flush=True)
-            outs, seconds, tokens = _run(server, prompts, args.max_new_tokens)
-            state = server.get("/server_info")["internal_states"][0]
-        results[name] = (outs, seconds, tokens, state)
-    for p, ar, ssd in zip(chosen, results["AR"][0], results["SSD"][0]):
-        print(f"\n[{p.kind}] {p.prompt}\n  -> {ssd['text'].strip()[:400]}")
-        print(f"  (identical to AR: {ar['output_ids'] == ssd['output_ids']})")
+    with SGLangServer(base, cpu_cores={0} if two_cores else None) as ar, \
+            SGLangServer(ssd_args, cpu_cores={0} if two_cores else None) as ssd:
+        servers = {"AR": ar, "SSD": ssd}
+        for name, server in servers.items():
+            print(f"{name} server ready in {server.start_seconds:.0f} s; warming up ...", flush=True)
+            _timed(server, prompts[0], 8)
+        # /server_info's SSD counters are cumulative: the warm-up is taken off below.
+        before = ssd.get("/server_info")["internal_states"][0]
+        outs = {name: [] for name in servers}
+        seconds = dict.fromkeys(servers, 0.0)
+        tokens = dict.fromkeys(servers, 0)
+        for i, ids in enumerate(prompts, 1):
+            for name, server in servers.items():
+                out, dt = _timed(server, ids, args.max_new_tokens)
+                outs[name].append(out)
+                seconds[name] += dt
+                tokens[name] += out["meta_info"]["completion_tokens"]
+            print(f"  [{i}/{len(prompts)}] " + ", ".join(
+                f"{name} {outs[name][-1]['meta_info']['completion_tokens']} tokens" for name in servers), flush=True)
+        state = ssd.get("/server_info")["internal_states"][0]
+    for p, a, b in zip(chosen, outs["AR"], outs["SSD"]):
+        print(f"\n[{p.kind}] {p.prompt}\n  -> {b['text'].strip()[:400]}")
+        print(f"  (identical to AR: {a['output_ids'] == b['output_ids']})")
     print()
-    for name, (_, seconds, tokens, state) in results.items():
+    for name in servers:
         extra = ""
         if name == "SSD":
-            extra = (f", hit rate {state.get('ssd_hit_rate', 0):.2f}, alpha {state.get('ssd_alpha', 0):.2f}, "
-                     f"accept length {state.get('avg_spec_accept_length', 0):.2f}")
-        print(f"{name:4s}: {tokens / seconds:6.1f} tokens/s ({tokens} tokens in {seconds:.1f} s){extra}")
-    ratio = (results["SSD"][2] / results["SSD"][1]) / (results["AR"][2] / results["AR"][1])
-    print(f"SSD/AR = {ratio:.2f}")
+            extra = ", " + _ssd_line(before, state)
+        print(f"{name:4s}: {tokens[name] / seconds[name]:6.1f} tokens/s ({tokens[name]} tokens in "
+              f"{seconds[name]:.1f} s){extra}")
+    ratio = (tokens["SSD"] / seconds["SSD"]) / (tokens["AR"] / seconds["AR"])
+    print(f"SSD/AR = {ratio:.2f} (K = {args.ssd_k}, budget {args.ssd_budget}, backup {args.ssd_backup}; "
+          "one short run: `make bench` measures with repeats and a noise band)")
     # Both servers ran their linears on this route (their logs say so): SGLANG_SSD_CPU_LINEAR=torch for A/B.
     print(f"CPU linear route: {cpu_linear.setting()} ({cpu_linear.ENV})")
     return 0

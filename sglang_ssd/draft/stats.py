@@ -40,6 +40,7 @@ class EngineStats:
             out[f"{name}_ms_mean"] = total / n if n else 0.0
             out[f"{name}_ms_p50"] = samples[len(samples) // 2] if samples else 0.0
             out[f"{name}_ms_max"] = mx
+            out[f"{name}_us_total"] = round(total * 1000)  # an integer: the target sums these over servers
         hits, misses = self.counters.get("hits", 0), self.counters.get("misses", 0)
         out["hit_rate"] = hits / (hits + misses) if hits + misses else 0.0
         drafted = self.counters.get("drafted_tokens", 0)

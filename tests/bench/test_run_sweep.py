@@ -43,3 +43,18 @@ def test_a_ratio_inside_the_band_is_parity_and_outside_it_is_not():
 
 def test_points_from_concurrency_4_run_twice_the_requests():
     assert [requests_at(c, 32) for c in (1, 2, 4, 8)] == [32, 32, 64, 64]
+
+
+def test_per_k_counts_windows_the_draft_servers_counters():
+    from bench.run_sweep import per_k_counts
+
+    before = {"outcome_k0": 10, "hit_k0": 4, "fanout_k0": 30, "tree_step_count": 100, "tree_step_us_total": 500_000}
+    after = {"outcome_k0": 30, "hit_k0": 14, "fanout_k0": 90, "outcome_k1": 5, "hit_k1": 5, "fanout_k1": 10,
+             "tree_step_count": 150, "tree_step_us_total": 800_000, "backup_fast": 3, "backup_neural": 1}
+    got = per_k_counts(before, after)
+    assert got["k_hist"] == {"0": 20, "1": 5}
+    assert got["hit_rate_by_k"] == {"0": 0.5, "1": 1.0}
+    assert got["fanout_by_k"] == {"0": 3.0, "1": 2.0}
+    assert got["neural_backup_share"] == 0.25
+    assert got["draft_steps"] == 50 and got["draft_busy_ms"] == 300.0 and got["draft_step_ms"] == 6.0
+    assert "draft_steps" not in per_k_counts(after, after)  # no forwards in the window: no timing
