@@ -219,9 +219,6 @@ typedef struct {
     const char *next, *end;
 } stream_t;
 
-/* Rows [0, rows) of x against `np` <= PG panels at wp, partial sums in s. The group's tile calls
- * share out the prefetch of as many lines as the group itself reads. An incomplete group (the last
- * one) goes panel by panel. */
 #ifndef NO_AVX512
 /* A full group for a row tile of 2-6 rows with the AVX-512 tiles: up to 5 rows in one pass over all 6
  * panels, 6 rows in two passes over 3 panels each (each weight read once from memory either way). */
@@ -250,6 +247,9 @@ AVX2 static void group_pass512(const float *x, long ldx, const float *wp, long K
 }
 #endif
 
+/* Rows [0, rows) of x against `np` <= PG panels at wp, partial sums in s. The group's tile calls
+ * share out the prefetch of as many lines as the group itself reads. An incomplete group (the last
+ * one) goes panel by panel. */
 AVX2 static void group_pass(const float *x, long ldx, const float *wp, long K, long kn, float *s, long rows,
                             long np, stream_t *st) {
     const long step = K * NR;
