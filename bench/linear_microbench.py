@@ -132,17 +132,21 @@ CLOCKS = {"wall": time.perf_counter, "thread": time.thread_time}
 clock = time.perf_counter
 
 
-def measure(routes: dict, x: torch.Tensor, copies: int, repeats: int) -> dict[str, float]:
-    """Median ms per single product, routes interleaved repeat by repeat (on ``clock``)."""
-    for fn in routes.values():
-        fn(x)
-    times: dict[str, list[float]] = {k: [] for k in routes}
-    for _ in range(repeats):
-        for name, fn in routes.items():
-            t0 = clock()
+def measure(routes: dict, xs: dict[int, torch.Tensor], copies: int, repeats: int) -> dict[int, dict[str, float]]:
+    """Median ms per single product for every row count and route. Each repeat times every M and
+    every route in turn, so the machine's drifting bandwidth falls on all of them alike: both the
+    route ratios and cost(M) / cost(1) come from interleaved timings."""
+    for x in xs.values():
+        for fn in routes.values():
             fn(x)
-            times[name].append((clock() - t0) * 1e3 / copies)
-    return {k: statistics.median(v) for k, v in times.items()}
+    times = {m: {k: [] for k in routes} for m in xs}
+    for _ in range(repeats):
+        for m, x in xs.items():
+            for name, fn in routes.items():
+                t0 = clock()
+                fn(x)
+                times[m][name].append((clock() - t0) * 1e3 / copies)
+    return {m: {k: statistics.median(v) for k, v in by_route.items()} for m, by_route in times.items()}
 
 
 def run(args) -> dict:
@@ -162,23 +166,22 @@ def run(args) -> dict:
         copies = max(1, -(-ROTATE_BYTES // (n * k * 4)))
         ws = [torch.randn(n, k, generator=g) / k**0.5 for _ in range(copies)]
         routes = make_routes(names, ws, lib)
+        xs = {m: torch.randn(m, k, generator=g) for m in ms_list}
         rows = {}
-        for m in ms_list:
-            x = torch.randn(m, k, generator=g)
-            t = measure(routes, x, copies, args.repeats)
+        for m, t in measure(routes, xs, copies, args.repeats).items():
             # Memory side: the weights' pure read, timed interleaved with the routes (the machine's
             # bandwidth drifts with its load); compute side: the FMAs at the probed peak.
             bound = max(t["read"], m * n * k / (roof["fma_g_per_s"] * 1e9) * 1e3)
-            rows[m] = {"bound_ms": bound, **{r: t[r] for r in t}}
+            rows[m] = {"bound_ms": bound, **t}
         if args.compile:
             for m in (1, 4, 16):
                 x = torch.randn(m, k, generator=g)
                 try:
                     cm = compiled_route(ws[0])
                     cm(x)
-                    t = measure({"compile": lambda x, cm=cm: [cm(x)]}, x, 1, args.repeats)
+                    t = measure({"compile": lambda x, cm=cm: [cm(x)]}, {m: x}, 1, args.repeats)
                     # One weight only (no rotation): an optimistic figure, it may sit in cache.
-                    rows[m]["compile"] = t["compile"]
+                    rows[m]["compile"] = t[m]["compile"]
                 except Exception as exc:  # noqa: BLE001 - reported, the table goes on
                     rows[m]["compile_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
         out["shapes"][name] = {"K": k, "N": n, "copies": copies, "by_m": rows}
@@ -213,7 +216,7 @@ def markdown(out: dict) -> str:
         f"fp32 FMA **{roof['fma_g_per_s']} G/s**. Kernel route: {out['kernel_route']}. "
         f"Load average {out['loadavg'][0]:.2f} at the start, {out['loadavg_end'][0]:.2f} at the end.",
         "",
-        "Milliseconds per product (medians, routes interleaved, weights rotated past the L3 cache; clock: "
+        "Milliseconds per product (medians, routes and row counts interleaved, weights rotated past the L3 cache; clock: "
         + ("this thread's CPU time, which leaves out time the thread was not running on the shared machine "
            "but not the other processes' pull on memory" if out.get("clock") == "thread" else "wall")
         + "); `read` = a pure streaming read of the same weights, timed with the routes; "

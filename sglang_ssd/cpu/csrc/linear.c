@@ -152,9 +152,9 @@ typedef void (*tile_fn)(const float *, long, const float *, long, long, float *,
 /* AVX-512 tiles (where the CPU has it): one 16-float panel step is one register, and 32 registers hold
  * 2-5 rows x 6 panels, a whole group, in one pass that reads the weights once (the AVX2 tiles need two
  * or more passes from 2 rows up, the later ones from L2); 6-8 rows take two passes of 3 panels each.
- * 5 x 6 has more accumulators than registers
- * and gcc keeps four of them on the stack: measured faster than two 5 x 3 passes anyway. Each element
- * is still the same FMA chain over k, so the result is bit-identical to the AVX2 tiles and to any mix. */
+ * 5 x 6 has more accumulators than registers and gcc keeps four of them on the stack: measured faster
+ * than two 5 x 3 passes anyway. Each element is still the same FMA chain over k, so the result is
+ * bit-identical to the AVX2 tiles and to any mix. */
 #ifndef NO_AVX512
 #define AVX512 __attribute__((target("avx512f")))
 #define TILE512(MR, NP)                                                                                \
