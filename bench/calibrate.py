@@ -39,6 +39,7 @@ import torch  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from sglang_ssd.cpu import attention as cpu_attention  # noqa: E402
 from sglang_ssd.cpu import linear as cpu_linear  # noqa: E402
 from sglang_ssd.draft.config import ModelConfig  # noqa: E402
 from sglang_ssd.draft.model import DraftModel, Span  # noqa: E402
@@ -127,13 +128,11 @@ class ServedAttention:
         k_pool.view(b, self.capacity, kv_heads, dim)[:, s - n : s] = key[:, :, s - n :].transpose(1, 2)
         v_pool.view(b, self.capacity, kv_heads, dim)[:, s - n : s] = value[:, :, s - n :].transpose(1, 2)
         q = query.transpose(1, 2).reshape(b * n, heads * dim)  # SGLang's [tokens, heads * dim]
-        out = torch.empty(b * n, heads * dim)
         lens = torch.full((b,), s, dtype=torch.int64)
-        rc = self.fn(q.data_ptr(), q.stride(0), out.data_ptr(), k_pool.data_ptr(), v_pool.data_ptr(),
-                     k_pool.stride(0), self.table.data_ptr(), self.table.stride(0), self.rows.data_ptr(),
-                     lens.data_ptr(), 1, b, n, None, heads, kv_heads, dim, float(scaling))  # fmt: skip
-        if rc != 0:
-            raise RuntimeError(f"C attention failed (rc {rc})")
+        out = cpu_attention.attend(self.fn, q, k_pool, v_pool, self.table, self.rows, lens, n, kv_heads,
+                                   float(scaling), decode=True)  # fmt: skip
+        if out is None:
+            raise RuntimeError("the C attention refused the calibration's KV pool")
         return out.view(b, n, heads, dim), None
 
 

@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from sglang_ssd.cpu import linear as cpu_linear  # noqa: E402
 from sglang_ssd.prompts import export_bench_dataset  # noqa: E402
+from sglang_ssd.target import metrics as ssd_metrics  # noqa: E402
 from sglang_ssd.tools.server_process import CPU_SERVER_ARGS, SGLangServer  # noqa: E402
 
 COUNTERS = ("ssd_hits", "ssd_lookups", "ssd_fast_backups", "ssd_drafted", "ssd_accepted", "ssd_rejected",
@@ -160,16 +161,13 @@ def summarize(name: str, bench: dict, before: dict, after: dict, extra: dict) ->
         "accept_length": bench.get("accept_length"),
         "duration_s": bench.get("duration"),
     }
-    if d["ssd_rounds"]:
-        # α: per-token acceptance (capped-geometric MLE), what the planner's E(α, K) takes;
-        # accepted_fraction: accepted / drafted, which is smaller (a rejection ends the chain).
-        judged = d["ssd_accepted"] + d["ssd_rejected"]
-        rec["alpha"] = d["ssd_accepted"] / judged if judged else 0.0
-        rec["accepted_fraction"] = d["ssd_accepted"] / d["ssd_drafted"] if d["ssd_drafted"] else 0.0
-        rec["hit_rate"] = d["ssd_hits"] / d["ssd_lookups"] if d["ssd_lookups"] else 0.0
-        rec["backup_rate"] = 1.0 - rec["hit_rate"] if d["ssd_lookups"] else 0.0
-        rec["accept_length"] = d["ssd_emitted"] / d["ssd_rounds"] if rec["accept_length"] is None else rec[
-            "accept_length"]
+    win = ssd_metrics.window(before, after)
+    if win:
+        for key in ("alpha", "accepted_fraction", "hit_rate"):  # α: target/metrics.py's rule
+            rec[key] = win[key]
+        rec["backup_rate"] = 1.0 - win["hit_rate"] if win["lookups"] else 0.0
+        if rec["accept_length"] is None:
+            rec["accept_length"] = win["tokens_per_round"]
         if "ssd_auto_k_chosen" in after:  # how often auto-K chose each K at this point, and its costs
             rec["auto_k_chosen"] = [a - b for a, b in zip(after["ssd_auto_k_chosen"],
                                                            before.get("ssd_auto_k_chosen", [0] * 99))]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from sglang_ssd.cpu import linear as cpu_linear
 from sglang_ssd.prompts import load_prompts
+from sglang_ssd.target import metrics
 from sglang_ssd.tools.server_process import CPU_SERVER_ARGS, SGLangServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,13 +36,10 @@ def _timed(server: SGLangServer, ids: list[int], max_new: int) -> tuple[dict, fl
 
 def _ssd_line(before: dict, after: dict) -> str:
     """Hit rate, α and tokens per round over the timed requests (the counters minus the warm-up)."""
-    d = {k: after.get(k, 0) - before.get(k, 0) for k in ("ssd_hits", "ssd_lookups", "ssd_accepted", "ssd_rejected",
-                                                         "ssd_emitted", "ssd_rounds")}  # fmt: skip
-    hit = d["ssd_hits"] / d["ssd_lookups"] if d["ssd_lookups"] else 0.0
-    judged = d["ssd_accepted"] + d["ssd_rejected"]
-    alpha = d["ssd_accepted"] / judged if judged else 0.0
-    per_round = d["ssd_emitted"] / d["ssd_rounds"] if d["ssd_rounds"] else 0.0
-    return f"hit rate {hit:.2f}, alpha {alpha:.2f}, {per_round:.2f} tokens per round"
+    w = metrics.window(before, after)
+    if not w:
+        return "no SSD round in the timed requests"
+    return f"hit rate {w['hit_rate']:.2f}, alpha {w['alpha']:.2f}, {w['tokens_per_round']:.2f} tokens per round"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,13 +1,15 @@
 """Serving SGLang on plain CPUs: kernel stand-ins, a TARGET_VERIFY path for torch attention, and
-the small-M linear route (`linear.py`)."""
+the small-M linear route (`linear.py`), the rotary embedding in C (`rope.py`)."""
 
 
 def install_cpu_support() -> None:
-    """Idempotent: stand-ins for missing kernel packages, the verify and decode attention hooks, the linear route."""
-    from sglang_ssd.cpu import attention, linear_hooks, verify_attention
+    """Idempotent: stand-ins for missing kernel packages, the verify and decode attention hooks, the linear
+    route, the rotary embedding."""
+    from sglang_ssd.cpu import attention, linear_hooks, rope, verify_attention
     from sglang_ssd.cpu.stand_ins import install
 
     install()
     verify_attention.register()
     attention.register()
     linear_hooks.register()
+    rope.register()

@@ -53,10 +53,24 @@ def paged_attention(fn, backend, q, layer, forward_batch, n: int, mask: torch.Te
     lens = forward_batch.seq_lens.to(torch.int64).contiguous()
     if mask is not None:
         mask = mask.to(torch.uint8).contiguous()
-    out = torch.empty((q2.shape[0], heads * dim), dtype=torch.float32)
-    rc = fn(q2.data_ptr(), q2.stride(0), out.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), k_cache.stride(0),
+    return attend(fn, q2, k_cache, v_cache, table, rows, lens, n, kv_heads, float(layer.scaling), decode=decode,
+                  mask=mask)  # fmt: skip
+
+
+def attend(fn, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, table: torch.Tensor,
+           rows: torch.Tensor, lens: torch.Tensor, n: int, kv_heads: int, scaling: float, *, decode: bool,
+           mask: torch.Tensor | None = None) -> torch.Tensor | None:
+    """One call of the C attention (the argument layout of ``csrc/attention.c`` lives only here).
+    ``q``: [requests * n, heads * dim] with unit column stride; ``k_cache``/``v_cache``: [slots,
+    kv_heads, dim] with equal strides; ``table``: int32 [*, capacity] token table, ``rows`` its int64
+    row per request; ``lens``: int64 sequence lengths; ``mask``: uint8 [requests, n, n] or None (causal).
+    Returns [requests * n, heads * dim], or None when the kernel refuses the layout."""
+    dim = k_cache.shape[-1]
+    heads = q.shape[1] // dim
+    out = torch.empty((q.shape[0], heads * dim), dtype=torch.float32)
+    rc = fn(q.data_ptr(), q.stride(0), out.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), k_cache.stride(0),
             table.data_ptr(), table.stride(0), rows.data_ptr(), lens.data_ptr(), int(decode), rows.numel(), n,
-            None if mask is None else mask.data_ptr(), heads, kv_heads, dim, float(layer.scaling))  # fmt: skip
+            None if mask is None else mask.data_ptr(), heads, kv_heads, dim, scaling)  # fmt: skip
     return out if rc == 0 else None
 
 

@@ -39,8 +39,9 @@ ROUTES = ("auto", "torch", "portable")
 # between decode and verify needs only the small sizes.
 MAX_ROWS = 64
 
-# One library for the CPU kernels: the linear here and the attention of `attention.py`.
-_SOURCES = tuple(Path(__file__).with_name("csrc") / name for name in ("linear.c", "attention.c"))
+# One library for the CPU kernels: the linear here, the attention of `attention.py`, the rotary
+# embedding of `rope.py`.
+_SOURCES = tuple(Path(__file__).with_name("csrc") / name for name in ("linear.c", "attention.c", "rope.c"))
 _BUILD_DIR = Path(__file__).with_name("_build")
 # -ffp-contract=off: the portable route must not have its multiply-adds fused behind our back, or
 # its order of rounding would depend on the compiler's mood.
@@ -105,6 +106,8 @@ def _library() -> ctypes.CDLL | None:
             fn = getattr(lib, name)
             fn.argtypes = [p, n, p, p, p, n, p, n, p, p, ctypes.c_int, n, n, p, n, n, n, ctypes.c_float]
             fn.restype = ctypes.c_int
+        lib.ssd_rope.argtypes = [p, n, p, n, p, p, p, n, n, n, n, n, ctypes.c_int, p, n, n]
+        lib.ssd_rope.restype = ctypes.c_int
     _state["lib"] = lib
     return lib
 
@@ -270,6 +273,15 @@ def attention_kernel():
         name = route()
         lib = _library() if name != "torch" else None
         fn = _state["attention"] = None if lib is None else getattr(lib, f"ssd_attention_{name}")
+    return fn
+
+
+def rope_kernel():
+    """The C rotary embedding (``csrc/rope.c``), or None on the torch route (same switch as the linears)."""
+    fn = _state.get("rope", _UNRESOLVED)  # per layer and step: no lock once decided
+    if fn is _UNRESOLVED:
+        lib = _library() if route() != "torch" else None
+        fn = _state["rope"] = None if lib is None else lib.ssd_rope
     return fn
 
 

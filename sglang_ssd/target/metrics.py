@@ -14,6 +14,35 @@ def register_worker(worker) -> None:
     _WORKERS.append(worker)
 
 
+def alpha(accepted: int, rejected: int) -> float:
+    """Per-token acceptance α, the capped-geometric MLE: accepted / (accepted + rejections). A round
+    that accepts all K drafts says only that α is high, a rejection ends a chain: this is what the
+    planner's E(α, K) takes (``accepted / drafted`` is smaller)."""
+    return accepted / (accepted + rejected) if accepted + rejected else 0.0
+
+
+# The counters of `snapshot` that `window` differences.
+WINDOW_COUNTERS = ("ssd_rounds", "ssd_drafted", "ssd_accepted", "ssd_rejected", "ssd_emitted", "ssd_hits",
+                   "ssd_lookups")  # fmt: skip
+
+
+def window(before: dict, after: dict) -> dict:
+    """α, accepted fraction, cache hit rate and tokens per round over a measured window: the counters
+    of two `snapshot`s (e.g. from `/server_info`) differenced, so a warm-up before it does not count.
+    Empty when no SSD round ran in the window."""
+    d = {k: after.get(k, 0) - before.get(k, 0) for k in WINDOW_COUNTERS}
+    if not d["ssd_rounds"]:
+        return {}
+    return {
+        "rounds": d["ssd_rounds"],
+        "alpha": alpha(d["ssd_accepted"], d["ssd_rejected"]),
+        "accepted_fraction": d["ssd_accepted"] / d["ssd_drafted"] if d["ssd_drafted"] else 0.0,
+        "hit_rate": d["ssd_hits"] / d["ssd_lookups"] if d["ssd_lookups"] else 0.0,
+        "lookups": d["ssd_lookups"],
+        "tokens_per_round": d["ssd_emitted"] / d["ssd_rounds"],
+    }
+
+
 @dataclass
 class SSDStats:
     rounds: int = 0
@@ -52,8 +81,7 @@ class SSDStats:
     def summary(self) -> dict:
         r = max(self.rounds, 1)
         return {
-            # Per-token acceptance α, the capped-geometric MLE: accepted / (accepted + rejections).
-            "ssd_alpha": self.accepted / (self.accepted + self.rejected) if self.accepted + self.rejected else 0.0,
+            "ssd_alpha": alpha(self.accepted, self.rejected),
             "ssd_accepted_fraction": self.accepted / self.drafted if self.drafted else 0.0,
             "ssd_verify_ms": 1000 * self.verify_s / r,
             "ssd_link_ms": 1000 * self.link_s / r,

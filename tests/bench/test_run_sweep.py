@@ -58,3 +58,19 @@ def test_per_k_counts_windows_the_draft_servers_counters():
     assert got["neural_backup_share"] == 0.25
     assert got["draft_steps"] == 50 and got["draft_busy_ms"] == 300.0 and got["draft_step_ms"] == 6.0
     assert "draft_steps" not in per_k_counts(after, after)  # no forwards in the window: no timing
+
+
+def test_a_points_acceptance_and_timings_come_from_the_windowed_counters():
+    from bench.run_sweep import summarize
+
+    before = {"ssd_rounds": 2, "ssd_drafted": 8, "ssd_accepted": 8, "ssd_rejected": 0, "ssd_emitted": 10,
+              "ssd_hits": 0, "ssd_lookups": 2, "ssd_verify_s": 0.1, "ssd_total_s": 0.2}  # fmt: skip
+    after = {"ssd_rounds": 12, "ssd_drafted": 48, "ssd_accepted": 23, "ssd_rejected": 5, "ssd_emitted": 35,
+             "ssd_hits": 6, "ssd_lookups": 12, "ssd_verify_s": 0.6, "ssd_total_s": 1.2}  # fmt: skip
+    rec = summarize("ssd", {"output_throughput": 20.0, "median_tpot_ms": 50.0}, before, after, {"concurrency": 1})
+    assert rec["alpha"] == 15 / 20 and rec["accepted_fraction"] == 15 / 40
+    assert rec["hit_rate"] == 0.6 and abs(rec["backup_rate"] - 0.4) < 1e-12
+    assert rec["accept_length"] == 2.5 and rec["steps"] == 10
+    assert abs(rec["verify_ms"] - 50.0) < 1e-9 and abs(rec["total_ms"] - 100.0) < 1e-9
+    ar = summarize("ar", {"output_throughput": 20.0}, {}, {}, {"concurrency": 1})
+    assert "alpha" not in ar and ar["accept_length"] is None
