@@ -284,7 +284,8 @@ def draft_lines(records: list[dict]) -> list[str]:
 
 
 def route_lines(records: list[dict]) -> list[str]:
-    """Each `NAME@torch` configuration against NAME (default route) at every point; and, at c = 1,
+    """Each `NAME@torch` configuration against NAME (default route) and each `NAME^b` (--code-b's
+    checkout) against NAME (this one) at every point; and, at c = 1,
     T = 0, the worker's verify phase of `ssd` (K + 1 tokens) against that of `ssd_k0` (K = 0: the same
     worker running SGLang's plain decode forward) on the same route."""
     out = []
@@ -295,6 +296,11 @@ def route_lines(records: list[dict]) -> list[str]:
         if route and new:
             out.append(f"route {base} T={t:g} c={c}: default/{route} = "
                        f"{new['output_throughput'] / r['output_throughput']:.2f}")
+        base, _, tag = name.partition("^")
+        this = at.get((base, t, c))
+        if tag == "b" and this:
+            out.append(f"code {base} T={t:g} c={c}: this checkout / --code-b = "
+                       f"{this['output_throughput'] / r['output_throughput']:.2f}")
     for (name, t, c), r in sorted(at.items()):
         if r.get("draft_ms_per_round") is not None and r.get("verify_ms"):
             out.append(f"draft server {name} T={t:g} c={c}: {r['draft_ms_per_round']:.1f} ms of forwards per round "
@@ -403,6 +409,9 @@ def main(argv: list[str] | None = None) -> int:
                          "(uniform fan-out), to be named in --configs")
     ap.add_argument("--old-draft", default=None,
                     help="a second draft folder: configuration NAME~old (e.g. ssd~old) runs NAME with it")
+    ap.add_argument("--code-b", default=None,
+                    help="another checkout of this project (e.g. `git worktree add /tmp/b COMMIT`): configuration "
+                         "NAME^b runs NAME from it (first on the servers' PYTHONPATH), an A/B of two commits")
     ap.add_argument("--dataset", choices=("prompts", "sharegpt"), default="prompts",
                     help="prompts: the project's 200-prompt set; sharegpt: the held-out ShareGPT conversations "
                          "(bench_serving --dataset-name sharegpt)")
@@ -442,6 +451,13 @@ def main(argv: list[str] | None = None) -> int:
             if tag == "old" and base in old_cfgs:
                 extra, meta = old_cfgs[base]
                 all_cfgs[n] = (extra, {**meta, "draft": "old"})
+    # `NAME^b` runs configuration NAME from --code-b's checkout (its kernels, hooks and draft server).
+    if args.code_b:
+        for n in names:
+            base, _, tag = n.partition("^")
+            if tag == "b" and base in all_cfgs:
+                extra, meta = all_cfgs[base]
+                all_cfgs[n] = (extra, {**meta, "code": "b"})
     unknown = [n for n in names if n not in all_cfgs]
     if unknown:
         print(f"error: --configs: unknown configuration {unknown[0]!r} (known: {', '.join(all_cfgs)})",
@@ -456,10 +472,12 @@ def main(argv: list[str] | None = None) -> int:
         for i, name in enumerate(names, 1):
             extra_args, _ = all_cfgs[name]
             print(f"[{i}/{len(names)}] starting {name} ...", flush=True)
-            route = all_cfgs[name][1].get("linear_route")
+            meta = all_cfgs[name][1]
+            env = {cpu_linear.ENV: meta["linear_route"]} if meta.get("linear_route") else {}
+            if meta.get("code") == "b":
+                env["PYTHONPATH"] = str(Path(args.code_b).resolve())
             servers[name] = SGLangServer(["--model-path", args.target, *CPU_SERVER_ARGS, *extra_args],
-                                         cpu_cores={0}, log_path=f"/tmp/sweep_{name}.log",
-                                         env={cpu_linear.ENV: route} if route else None).start()
+                                         cpu_cores={0}, log_path=f"/tmp/sweep_{name}.log", env=env).start()
         points = [(float(t), int(c)) for t in args.temperatures.split(",") for c in args.concurrency.split(",")]
         total, done, t0 = len(points) * len(names) * args.repeats, 0, time.perf_counter()
         with jsonl.open("w") as f:

@@ -74,3 +74,14 @@ def test_a_points_acceptance_and_timings_come_from_the_windowed_counters():
     assert abs(rec["verify_ms"] - 50.0) < 1e-9 and abs(rec["total_ms"] - 100.0) < 1e-9
     ar = summarize("ar", {"output_throughput": 20.0}, {}, {}, {"concurrency": 1})
     assert "alpha" not in ar and ar["accept_length"] is None
+
+
+def test_a_code_b_configuration_is_compared_with_the_same_configuration_of_this_checkout():
+    from bench.run_sweep import route_lines
+
+    recs = [{"config": "ar", "temperature": 0.0, "concurrency": 1, "output_throughput": 22.0},
+            {"config": "ar^b", "temperature": 0.0, "concurrency": 1, "output_throughput": 20.0},
+            {"config": "ssd@torch", "temperature": 0.0, "concurrency": 1, "output_throughput": 10.0}]  # fmt: skip
+    lines = route_lines(recs)
+    assert "code ar T=0 c=1: this checkout / --code-b = 1.10" in lines
+    assert not any("route" in ln for ln in lines)  # ssd@torch without ssd: nothing to compare
