@@ -186,8 +186,8 @@ TILE512(7, 3)
 TILE512(8, 3)
 static const tile_fn WHOLE_GROUP[6] = {0, 0, z_tile_2x6, z_tile_3x6, z_tile_4x6, z_tile_5x6};
 static const tile_fn HALF_GROUP[9] = {0, 0, 0, 0, 0, 0, z_tile_6x3, z_tile_7x3, z_tile_8x3};
-/* Rows per AVX-512 row tile: up to 8 (8 x 3 = 24 accumulators, no spill). From 7 rows on, 8 against
- * the 6 of the AVX2 split measured 0-10 % faster at M = 7-16 (kernel_ab, one interleaved run). */
+/* Rows per AVX-512 row tile: up to 8 (8 x 3 = 24 accumulators, no spill). Against a limit of 6, 5-12 %
+ * faster at M = 7, 8, 14 and 16 and equal elsewhere (bench/results/kernel_ab/tile8.txt). */
 #ifndef TILE_MAX_512
 #define TILE_MAX_512 8
 #endif
@@ -205,9 +205,10 @@ static int avx512_on(void) { return 0; }
 
 static const tile_fn ONE_PANEL[7] = {0, tile_1x1, tile_2x1, tile_3x1, tile_4x1, tile_5x1, tile_6x1};
 
-/* Rows split into tiles of at most 6, as even as possible (7 = 4 + 3, 16 = 6 + 5 + 5). */
-static long next_tile_rows(long left) {
-    long tiles = (left + 5) / 6;
+/* Rows split into tiles of at most `max`, as even as possible (max 6, the AVX2 tiles: 7 = 4 + 3,
+ * 16 = 6 + 5 + 5; max 8, the AVX-512 tiles: 9 = 5 + 4, 16 = 8 + 8). */
+static long tile_rows(long left, long max) {
+    long tiles = (left + max - 1) / max;
     return (left + tiles - 1) / tiles;
 }
 
@@ -229,23 +230,18 @@ typedef struct {
 } stream_t;
 
 #ifndef NO_AVX512
-/* As next_tile_rows, with tiles of up to TILE_MAX_512 rows (9 = 5 + 4, 16 = 8 + 8). */
-static long tile_rows_512(long left) {
-    long tiles = (left + TILE_MAX_512 - 1) / TILE_MAX_512;
-    return (left + tiles - 1) / tiles;
-}
 /* A full group for a row tile of 2-8 rows with the AVX-512 tiles: up to 5 rows in one pass over all 6
  * panels, 6-8 rows in two passes over 3 panels each (each weight read once from memory either way). */
 AVX2 static void group_pass512(const float *x, long ldx, const float *wp, long K, long kn, float *s, long rows,
                                stream_t *st) {
     long calls = 0;
     for (long m = 0, t; m < rows; m += t) {
-        t = tile_rows_512(rows - m);
+        t = tile_rows(rows - m, TILE_MAX_512);
         calls += t >= 6 ? 2 : 1;
     }
     long share = (PG * kn + calls - 1) / calls;
     for (long m = 0, t; m < rows; m += t) {
-        t = tile_rows_512(rows - m);
+        t = tile_rows(rows - m, TILE_MAX_512);
         const float *xm = x + m * ldx;
         float *sm = s + m * PG * NR;
         for (long c = 0; c < (t >= 6 ? 2 : 1); ++c) {
@@ -269,7 +265,7 @@ AVX2 static void group_pass(const float *x, long ldx, const float *wp, long K, l
     const long step = K * NR;
     const int full = np == PG;
 #ifndef NO_AVX512
-    /* from 2 rows on, tile_rows_512 makes every row tile 2-8 rows */
+    /* from 2 rows on, tile_rows makes every row tile 2-8 rows */
     if (full && rows >= 2 && avx512_on()) {
         group_pass512(x, ldx, wp, K, kn, s, rows, st);
         return;
@@ -277,7 +273,7 @@ AVX2 static void group_pass(const float *x, long ldx, const float *wp, long K, l
 #endif
     long calls = 0;
     for (long m = 0, t; m < rows; m += t) {
-        t = next_tile_rows(rows - m);
+        t = tile_rows(rows - m, 6);
         for (long r = 0, sr; r < t; r += sr) {
             sr = full ? (r ? t - r : first_sub_rows(t)) : t;
             calls += full ? calls_per_group(sr) : np;
@@ -285,7 +281,7 @@ AVX2 static void group_pass(const float *x, long ldx, const float *wp, long K, l
     }
     long share = (np * kn + calls - 1) / calls;
     for (long m = 0, t; m < rows; m += t) {
-        t = next_tile_rows(rows - m);
+        t = tile_rows(rows - m, 6);
         for (long r = 0, sr; r < t; r += sr) {
             sr = full ? (r ? t - r : first_sub_rows(t)) : t;
             const float *xm = x + (m + r) * ldx;
