@@ -17,7 +17,8 @@ Pipeline (one thread, fixed seeds; the same arguments give the same weights):
    --freeze keeps parts as exact target copies (head rows, attention, MLP): not trained, not shipped.
    --init starts instead from a trained draft's weights file (its layers, norm, head rows and head
    vocabulary), so a new run on more data goes on from the shipped draft rather than from target copies;
-   --layers may add target layers around the file's (a deeper draft grown from the shipped one).
+   --layers may add target layers around the file's (a deeper draft grown from the shipped one), and a
+   --vocab above the file's head rows adds the next most frequent answer tokens after them.
 3. Distillation, teacher-forced on prompt + answer: cross-entropy between the target's top-k
    distribution restricted to the head's subset and the draft's distribution, on answer positions only.
    AdamW, linear warm-up then cosine decay, fp32 (`--bf16`: bf16 autocast matmuls, fp32 master weights).
@@ -152,7 +153,10 @@ def load_init(student, init: dict, init_copies: dict, copies: dict, path: Path) 
     if set(init) != expected:
         odd = sorted(set(init) ^ expected)[:3]
         raise ValueError(f"--init {path} does not hold this run's trained tensors (e.g. {odd})")
+    head = init.pop("lm_head.weight", None)
     student.load_state_dict(init, strict=False)
+    if head is not None:  # a grown head keeps its added rows as the target's embedding rows
+        student.lm_head.weight.data[: head.shape[0]] = head
 
 
 def trained_keys(student) -> list[str]:
@@ -299,6 +303,8 @@ def train(args) -> dict:
     eos = int(target.config.eos_token_id)
     if not args.init:
         token_ids = choose_vocab(records, args.vocab, target.config.vocab_size, must=[eos])
+    elif args.vocab > len(token_ids):  # grow the head: the file's rows first, then the next most frequent
+        token_ids = choose_vocab(records, args.vocab, target.config.vocab_size, must=token_ids.tolist())
     covered = torch.zeros(target.config.vocab_size, dtype=torch.bool)
     covered[token_ids] = True
     answer_cov = torch.cat([covered[r["answer"]] for r in records]).float().mean().item()
@@ -434,7 +440,7 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--init", type=Path, default=None,
                     help="start from this draft weights file instead of target copies (same --freeze; its layers "
                     "must appear in --layers in order, added layers start as target copies); "
-                    "its head vocabulary replaces --vocab")
+                    "its head rows come first; a larger --vocab adds rows (target copies) after them")
     ap.add_argument("--resume", action="store_true",
                     help="checkpoint at every validation next to --out, and go on from one if it is there")
     args = ap.parse_args(argv)

@@ -120,6 +120,25 @@ def test_warm_start_grows_the_draft_around_the_init_layers(tmp_path, monkeypatch
                                 "--init", str(first)))  # fmt: skip
 
 
+def test_warm_start_grows_the_head_after_the_init_rows(tmp_path, monkeypatch):
+    from safetensors.torch import load_file as load
+    records = _records(6)
+    monkeypatch.setattr(draft_train, "load_records", lambda args: (records, records[:2]))
+    first, grown = tmp_path / "first.safetensors", tmp_path / "grown.safetensors"
+    draft_train.train(_args(first, False, "--freeze", ""))
+    report = draft_train.train(_args(grown, False, "--freeze", "", "--init", str(first), "--vocab", "640",
+                                     "--steps", "1", "--lr", "1e-12"))  # fmt: skip
+    a, g = load_file(str(first)), load_file(str(grown))
+    assert report["vocab"] == 640 and g["lm_head.weight"].shape[0] == 640
+    ids_a, ids_g = a["draft_token_ids"].long(), g["draft_token_ids"].long()
+    assert torch.equal(ids_g[:512], ids_a) and len(set(ids_g.tolist())) == 640
+    assert torch.equal(g["lm_head.weight"][:512], a["lm_head.weight"])
+    # The added rows start as the target's embedding rows of their tokens (Adam's 1e-12 step aside).
+    emb = load(str(require_model(TARGET) / "model.safetensors"))["model.embed_tokens.weight"]
+    added = emb[ids_g[512:]].to(torch.bfloat16).float()
+    assert torch.allclose(g["lm_head.weight"][512:].float(), added, rtol=0, atol=1e-9)
+
+
 def test_resume_refuses_a_checkpoint_of_another_vocabulary(tmp_path, monkeypatch):
     records = _records(6)
     monkeypatch.setattr(draft_train, "load_records", lambda args: (records, records[:2]))
