@@ -198,16 +198,19 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return run(fn, x, weight, bias)
 
 
+def rows_of(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """x as [rows, features] with unit column stride, and its row stride: a row-strided view (a slice of
+    a wider buffer, such as q or k inside a fused QKV output) is passed to C without a copy."""
+    x2 = x.reshape(-1, x.shape[-1])
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    return x2, x2.stride(0)
+
+
 def run(fn, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """Call one C route (``kernels()[name]``) on checked inputs; rows may have any stride."""
     n_out, k = weight.shape
-    if x.dim() == 2 and x.stride(1) == 1:
-        x2, ld = x, x.stride(0)  # row-strided views (slices of a wider buffer) need no copy
-    else:
-        x2 = x.reshape(-1, k)
-        if not x2.is_contiguous():
-            x2 = x2.contiguous()
-        ld = k
+    x2, ld = rows_of(x)
     rows = x2.shape[0]
     wp = packed(weight)
     y = torch.empty((*x.shape[:-1], n_out), dtype=_F32, device="cpu")

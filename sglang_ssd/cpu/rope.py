@@ -46,21 +46,13 @@ def applies(emb, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor
     )  # fmt: skip
 
 
-def rows_of(x: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """x as [tokens, features] with unit column stride (a view where possible), and its row stride."""
-    x2 = x.reshape(-1, x.shape[-1])
-    if x2.stride(-1) != 1:
-        x2 = x2.contiguous()
-    return x2, x2.stride(0)
-
-
 def forward_native_hook(original, emb, positions, query, key, offsets=None, fused_set_kv_buffer_arg=None,
                         **kwargs):  # fmt: skip
     fn = cpu_linear.rope_kernel() if offsets is None and fused_set_kv_buffer_arg is None and not kwargs else None
     if fn is None or not applies(emb, positions, query, key):
         return original(emb, positions, query, key, offsets, fused_set_kv_buffer_arg, **kwargs)
-    q2, ldq = rows_of(query)
-    k2, ldk = rows_of(key)
+    q2, ldq = cpu_linear.rows_of(query)
+    k2, ldk = cpu_linear.rows_of(key)
     pos = positions.reshape(-1).to(torch.int64).contiguous()
     oq, ok = torch.empty(query.shape, dtype=torch.float32), torch.empty(key.shape, dtype=torch.float32)
     cache, head = emb.cos_sin_cache, emb.head_size
