@@ -11,9 +11,12 @@ Route, from ``SGLANG_SSD_CPU_LINEAR`` (read once, at the first call):
 - ``portable``: the portable C kernel (plain C, same reduction order);
 - ``torch``: ``torch.nn.functional.linear`` everywhere (today's path, for A/B runs).
 
-The kernel takes fp32 CPU tensors with up to ``MAX_ROWS`` rows, a single intra-op thread (it is
-single-threaded; with more torch threads torch is used), and no autograd. Anything else goes to
-torch, so the route is always safe to call. Bit-identity between a decode step and a verify step
+The kernel takes fp32 CPU rows with up to ``MAX_ROWS`` rows, fp32 or bf16 weights, a single intra-op
+thread (it is single-threaded; with more torch threads torch is used), and no autograd. Anything else
+goes to torch, so the route is always safe to call. A bf16 weight is widened to fp32 exactly inside the
+kernel: the result is the fp32 kernel's on the widened weight, bit for bit, for half the bytes read.
+``compact`` stores a weight as bf16 where that loses nothing (the draft's weights are trained and
+shipped in bf16), which is how the draft runner halves its weight stream. Bit-identity between a decode step and a verify step
 therefore holds while both batches have at most ``MAX_ROWS`` rows (e.g. 12 requests x 5 tokens). The shared library is compiled by ``make install``
 (``python -m sglang_ssd.cpu.linear --build``) or, failing that, on first use with gcc.
 """
@@ -41,7 +44,8 @@ MAX_ROWS = 64
 
 # One library for the CPU kernels: the linear here, the attention of `attention.py`, the rotary
 # embedding of `rope.py`.
-_SOURCES = tuple(Path(__file__).with_name("csrc") / name for name in ("linear.c", "attention.c", "rope.c"))
+_SOURCES = tuple(Path(__file__).with_name("csrc") / name
+                 for name in ("linear.c", "linear_bf16.c", "attention.c", "rope.c"))  # fmt: skip
 _BUILD_DIR = Path(__file__).with_name("_build")
 # -ffp-contract=off: the portable route must not have its multiply-adds fused behind our back, or
 # its order of rounding would depend on the compiler's mood.
@@ -51,6 +55,7 @@ _lock = threading.Lock()
 _state: dict = {}
 _UNRESOLVED = object()
 _F32 = torch.float32
+_BF16 = torch.bfloat16
 
 
 def library_path() -> Path:
@@ -90,12 +95,13 @@ def _library() -> ctypes.CDLL | None:
     if lib is not None:
         sig = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long]  # fmt: skip
-        for name in ("ssd_linear_avx2", "ssd_linear_portable"):
+        for name in ("ssd_linear_avx2", "ssd_linear_portable", "ssd_linear_avx2_bf16", "ssd_linear_portable_bf16"):
             fn = getattr(lib, name)
             fn.argtypes = sig
             fn.restype = None
-        lib.ssd_pack.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p]
-        lib.ssd_pack.restype = None
+        for pack in (lib.ssd_pack, lib.ssd_pack_bf16):
+            pack.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p]
+            pack.restype = None
         lib.ssd_packed_size.argtypes = [ctypes.c_long, ctypes.c_long]
         lib.ssd_packed_size.restype = ctypes.c_long
         lib.ssd_cpu_has_avx2_fma.restype = ctypes.c_int
@@ -128,6 +134,7 @@ def _resolve() -> tuple[str, object | None]:
         wanted = setting()
         fns = kernels() if wanted != "torch" else {}
         route = "avx2" if wanted == "auto" and "avx2" in fns else "portable" if fns else "torch"
+        _state["fn_bf16"] = kernels(bf16=True).get(route) if fns else None
         _state["route"], _state["fn"] = route, fns.get(route)
         # stderr, not logging: SGLang's processes show only their own loggers, and which route
         # served a run must be visible in its log (benchmarks compare the two).
@@ -148,6 +155,15 @@ def describe() -> str:
         return "torch F.linear (kernel off)"
     tiles = " (AVX-512 tiles from 2 rows)" if r == "avx2" and avx512_tiles() else ""
     return f"sglang_ssd {r} kernel{tiles} for fp32 rows <= {MAX_ROWS} at 1 thread, torch otherwise"
+
+
+def compact(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` stored as bf16 when every value is exactly a bf16 and the C route is on (the kernel
+    widens it back exactly: same results, half the bytes streamed); otherwise ``weight`` itself."""
+    if not weight.is_cpu or weight.dtype is not _F32 or weight.dim() != 2 or route() == "torch":
+        return weight
+    half = weight.to(_BF16)
+    return half if torch.equal(half.float(), weight) else weight
 
 
 def avx512_tiles(on: bool | None = None) -> bool:
@@ -172,11 +188,15 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     case (fp32 rows on the CPU, no autograd) costs about what torch's own dispatch does. Tensors off
     the CPU return before the route is even decided: a GPU run never builds or loads the kernel.
     """
-    if not x.is_cpu or x.dtype is not _F32 or weight.dtype is not _F32:
+    if not x.is_cpu or x.dtype is not _F32 or (weight.dtype is not _F32 and weight.dtype is not _BF16):
         return F.linear(x, weight, bias)
     fn = _state.get("fn", _UNRESOLVED)
     if fn is _UNRESOLVED:
         fn = _resolve()[1]
+    if weight.dtype is _BF16:  # a compact weight (see `compact`); torch needs it widened
+        fn = _state["fn_bf16"]
+        if fn is None:
+            return F.linear(x, weight.float(), bias)
     if fn is None:
         return F.linear(x, weight, bias)
     k = weight.shape[-1]
@@ -194,7 +214,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
                                          or (bias is not None and bias.requires_grad)))
         or torch.get_num_threads() != 1
     ):  # fmt: skip
-        return F.linear(x, weight, bias)
+        return F.linear(x, weight if weight.dtype is _F32 else weight.float(), bias)
     return run(fn, x, weight, bias)
 
 
@@ -208,7 +228,8 @@ def rows_of(x: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 
 def run(fn, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """Call one C route (``kernels()[name]``) on checked inputs; rows may have any stride."""
+    """Call one C route (``kernels(bf16)[name]``, bf16 = the weight's dtype) on checked inputs; rows may
+    have any stride."""
     n_out, k = weight.shape
     x2, ld = rows_of(x)
     rows = x2.shape[0]
@@ -228,44 +249,48 @@ def _version(t: torch.Tensor) -> int:
 _HUGE = 2 << 20
 
 
-def _huge_page_buffer(numel: int) -> torch.Tensor:
+def _huge_page_buffer(numel: int, dtype: torch.dtype = _F32) -> torch.Tensor:
     """An fp32 buffer on 2 MB pages where the kernel allows them (transparent huge pages in
     ``madvise`` mode): the hardware prefetcher stops at every page boundary and each 4 KB page costs
     a TLB miss, which a weight stream of hundreds of MB pays in full (measured 5-10 % slower)."""
-    if numel * 4 < _HUGE or not hasattr(mmap, "MADV_HUGEPAGE"):
-        return torch.empty(numel, dtype=_F32)
-    region = mmap.mmap(-1, numel * 4 + _HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    size = torch.empty((), dtype=dtype).element_size()
+    if numel * size < _HUGE or not hasattr(mmap, "MADV_HUGEPAGE"):
+        return torch.empty(numel, dtype=dtype)
+    region = mmap.mmap(-1, numel * size + _HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     with contextlib.suppress(OSError):
         region.madvise(mmap.MADV_HUGEPAGE)
-    whole = torch.frombuffer(region, dtype=_F32)  # holds a reference to the mapping
-    skip = (-whole.data_ptr() % _HUGE) // 4
+    whole = torch.frombuffer(region, dtype=dtype)  # holds a reference to the mapping
+    skip = (-whole.data_ptr() % _HUGE) // size
     return whole[skip : skip + numel]
 
 
 def packed(weight: torch.Tensor) -> torch.Tensor:
     """The kernel's layout of ``weight`` [N, K] (panels of 16 output columns, ``csrc/linear.c``),
     built at its first use and kept on the tensor; rebuilt if the weight is changed in place or
-    re-pointed (a weight reload). The copy costs as much memory as the weight itself."""
+    re-pointed (a weight reload). The copy costs as much memory as the weight itself, in its dtype
+    (fp32 or bf16)."""
     key = (weight.data_ptr(), _version(weight))
     cached = getattr(weight, "_ssd_packed", None)
     if cached is not None and cached[0] == key:
         return cached[1]
     lib = _library()
     n_out, k = weight.shape
-    wp = _huge_page_buffer(lib.ssd_packed_size(n_out, k))
-    lib.ssd_pack(weight.data_ptr(), n_out, k, wp.data_ptr())
+    wp = _huge_page_buffer(lib.ssd_packed_size(n_out, k), weight.dtype)
+    (lib.ssd_pack_bf16 if weight.dtype is _BF16 else lib.ssd_pack)(weight.data_ptr(), n_out, k, wp.data_ptr())
     weight._ssd_packed = (key, wp)
     return wp
 
 
-def kernels() -> dict[str, object]:
-    """Every C route this CPU can run, by name (for tests and benchmarks; serving uses ``linear``)."""
+def kernels(bf16: bool = False) -> dict[str, object]:
+    """Every C route this CPU can run, by name, for fp32 or (``bf16``) bf16 weights (for tests and
+    benchmarks; serving uses ``linear``)."""
     lib = _library()
     if lib is None:
         return {}
-    out = {"portable": lib.ssd_linear_portable}
+    suffix = "_bf16" if bf16 else ""
+    out = {"portable": getattr(lib, "ssd_linear_portable" + suffix)}
     if lib.ssd_cpu_has_avx2_fma():
-        out["avx2"] = lib.ssd_linear_avx2
+        out["avx2"] = getattr(lib, "ssd_linear_avx2" + suffix)
     return out
 
 
@@ -304,13 +329,12 @@ def use_route(name: str):
     """Within the block, ``linear`` runs route ``name`` ('torch' or a key of ``kernels()``): lets a
     benchmark time both routes in one process, interleaved."""
     _resolve()
-    fn = None if name == "torch" else kernels()[name]
-    saved = _state["fn"]
-    _state["fn"] = fn
+    saved = _state["fn"], _state["fn_bf16"]
+    _state["fn"], _state["fn_bf16"] = (None, None) if name == "torch" else (kernels()[name], kernels(True)[name])
     try:
         yield
     finally:
-        _state["fn"] = saved
+        _state["fn"], _state["fn_bf16"] = saved
 
 
 def main(argv: list[str] | None = None) -> int:

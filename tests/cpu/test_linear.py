@@ -20,6 +20,7 @@ from sglang_ssd.cpu import linear as cpu_linear
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNELS = cpu_linear.kernels()
+KERNELS_BF16 = cpu_linear.kernels(bf16=True)
 # Odd sizes on purpose: k tails (K % 8), partial register tiles (N % 4, N % 8), M across chunks.
 # (1029, 13): rows longer than a page (the 8-row single-row path) with a k tail and leftover columns.
 SHAPES = [(576, 960), (1536, 576), (1029, 13), (13, 7), (8, 9), (77, 33), (5, 1), (64, 130)]
@@ -183,6 +184,45 @@ def test_sglang_hooks_send_cpu_linears_and_the_head_to_the_route():
     assert linear_hooks.lm_head_hook(original, processor, x, head, bias) == "sglang's own"
     lora = SimpleNamespace(weight=w, quant_method=None, set_lora=None)
     assert linear_hooks.lm_head_hook(original, processor, x, lora) == "sglang's own"
+
+
+@pytest.mark.parametrize("route", sorted(KERNELS))
+@pytest.mark.parametrize("k,n", [(576, 960), (1536, 576), (77, 33), (13, 7)])
+def test_bf16_weights_give_the_fp32_kernels_bits_on_the_widened_weight(route, k, n):
+    # The bf16 build widens each weight exactly and runs the same chain: every row count, with the
+    # AVX-512 tiles and without, must match the fp32 kernel on weight.float() bit for bit.
+    g = torch.Generator().manual_seed(k * 7 + n)
+    w16 = torch.randn(n, k, generator=g).bfloat16()
+    b, x = torch.randn(n, generator=g), torch.randn(70, k, generator=g)
+    w32 = w16.float()
+    tiles = (True, False) if route == "avx2" and cpu_linear.avx512_tiles() else (cpu_linear.avx512_tiles(),)
+    try:
+        for wide in tiles:
+            cpu_linear.avx512_tiles(wide)
+            for m in list(range(1, 18)) + [23, 40, 64]:
+                got = cpu_linear.run(KERNELS_BF16[route], x[:m], w16, b)
+                assert torch.equal(got, cpu_linear.run(KERNELS[route], x[:m], w32, b)), (route, wide, m)
+    finally:
+        cpu_linear.avx512_tiles(True)
+
+
+def test_compact_stores_exact_bf16_weights_and_linear_gives_the_same_bits():
+    g = torch.Generator().manual_seed(8)
+    exact = torch.randn(40, 64, generator=g).bfloat16().float()
+    inexact = torch.randn(40, 64, generator=g)
+    x = torch.randn(3, 64, generator=g)
+    small = cpu_linear.compact(exact)
+    if cpu_linear.route() == "torch":
+        assert small is exact  # torch cannot take a bf16 weight with fp32 rows: nothing to gain
+        return
+    assert small.dtype is torch.bfloat16 and torch.equal(small.float(), exact)
+    assert cpu_linear.compact(inexact) is inexact  # a weight bf16 cannot hold stays as it is
+    assert torch.equal(cpu_linear.linear(x, small), cpu_linear.linear(x, exact))
+    # Past the kernel's row limit, and on the torch route, the widened weight goes to torch.
+    many = torch.randn(cpu_linear.MAX_ROWS + 1, 64, generator=g)
+    assert torch.equal(cpu_linear.linear(many, small), F.linear(many, exact))
+    with cpu_linear.use_route("torch"):
+        assert torch.equal(cpu_linear.linear(x, small), F.linear(x, exact))
 
 
 def test_use_route_switches_and_restores():

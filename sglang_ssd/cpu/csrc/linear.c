@@ -14,6 +14,11 @@
  * the same in every tile shape: no horizontal sums, no k tail, no dependence on M.
  *
  * x is [M, K] with row stride ldx (elements, unit column stride); y is [M, N] with row stride ldy.
+ *
+ * Weights come as fp32 or, compiled again by linear_bf16.c with WEIGHT_BF16, as bf16 (uint16 bits):
+ * a bf16 weight widens to fp32 exactly (its bits shifted up), so the bf16 build computes the same
+ * chain on the same values, bit for bit, and streams half the bytes. The exported names of that build
+ * end in _bf16 (FN below).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -21,30 +26,44 @@
 
 #define NR 16
 
+#ifdef WEIGHT_BF16
+typedef uint16_t wt_t;
+#define FN(name) name##_bf16
+static inline float w_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+#else
+typedef float wt_t;
+#define FN(name) name
+#define w_f32(v) (v)
 long ssd_packed_size(long N, long K) { return (N + NR - 1) / NR * K * NR; }
+#endif
 
-void ssd_pack(const float *w, long N, long K, float *wp) {
+void FN(ssd_pack)(const wt_t *w, long N, long K, wt_t *wp) {
     for (long p = 0; p * NR < N; ++p)
         for (long k = 0; k < K; ++k)
             for (long j = 0; j < NR; ++j) {
                 long n = p * NR + j;
-                wp[(p * K + k) * NR + j] = n < N ? w[n * K + k] : 0.0f;
+                wp[(p * K + k) * NR + j] = n < N ? w[n * K + k] : (wt_t)0;
             }
 }
 
 /* ---- portable route: the same chain per element in plain C (no FMA contraction, see linear.py) ---- */
 
-void ssd_linear_portable(const float *x, long ldx, const float *wp, const float *b, float *y, long ldy,
-                         long M, long N, long K) {
+void FN(ssd_linear_portable)(const float *x, long ldx, const wt_t *wp, const float *b, float *y, long ldy,
+                             long M, long N, long K) {
     float acc[NR];
     for (long p = 0; p * NR < N; ++p) {
-        const float *panel = wp + p * K * NR;
+        const wt_t *panel = wp + p * K * NR;
         long width = N - p * NR < NR ? N - p * NR : NR;
         for (long m = 0; m < M; ++m) {
             const float *xm = x + m * ldx;
             for (int j = 0; j < NR; ++j) acc[j] = 0.0f;
             for (long k = 0; k < K; ++k)
-                for (int j = 0; j < NR; ++j) acc[j] += xm[k] * panel[k * NR + j];
+                for (int j = 0; j < NR; ++j) acc[j] += xm[k] * w_f32(panel[k * NR + j]);
             for (long j = 0; j < width; ++j) y[m * ldy + p * NR + j] = b ? acc[j] + b[p * NR + j] : acc[j];
         }
     }
@@ -55,6 +74,16 @@ void ssd_linear_portable(const float *x, long ldx, const float *wp, const float 
 #include <immintrin.h>
 
 #define AVX2 __attribute__((target("avx2,fma")))
+
+/* 8 (AVX2) or 16 (AVX-512) consecutive weights as fp32 lanes */
+#ifdef WEIGHT_BF16
+#define LOADW8(p) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+#define LOADW16(p) \
+    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
+#else
+#define LOADW8(p) _mm256_loadu_ps(p)
+#define LOADW16(p) _mm512_loadu_ps(p)
+#endif
 
 #ifndef PF_HINT
 #define PF_HINT _MM_HINT_T1
@@ -82,7 +111,7 @@ void ssd_linear_portable(const float *x, long ldx, const float *wp, const float 
  * While it computes, the tile prefetches `pf_lines` cache lines from `pf`, spread evenly over its k
  * steps: the weights that later tiles will need arrive while this one is busy with arithmetic. */
 #define TILE(MR, NP)                                                                                   \
-    AVX2 static void tile_##MR##x##NP(const float *x, long ldx, const float *wp, long K, long kn,     \
+    AVX2 static void tile_##MR##x##NP(const float *x, long ldx, const wt_t *wp, long K, long kn,      \
                                       float *s, const char *pf, long pf_lines) {                      \
         __m256 acc[MR][2 * NP];                                                                        \
         _Pragma("GCC unroll 16") for (int i = 0; i < MR; ++i)                                          \
@@ -93,9 +122,9 @@ void ssd_linear_portable(const float *x, long ldx, const float *wp, const float 
             for (debt += pf_lines; debt >= kn; debt -= kn, pf += LINE) _mm_prefetch(pf, PF_HINT);      \
             __m256 wv[2 * NP];                                                                         \
             _Pragma("GCC unroll 16") for (int q = 0; q < NP; ++q) {                                    \
-                const float *w = wp + (q * K + k) * NR;                                                \
-                wv[2 * q] = _mm256_loadu_ps(w);                                                        \
-                wv[2 * q + 1] = _mm256_loadu_ps(w + 8);                                                \
+                const wt_t *w = wp + (q * K + k) * NR;                                                 \
+                wv[2 * q] = LOADW8(w);                                                                 \
+                wv[2 * q + 1] = LOADW8(w + 8);                                                         \
             }                                                                                          \
             _Pragma("GCC unroll 16") for (int i = 0; i < MR; ++i) {                                    \
                 __m256 xv = _mm256_broadcast_ss(x + i * ldx + k);                                      \
@@ -121,11 +150,11 @@ TILE(6, 1)
 /* A 4-row tile over 3 of a group's 12 vectors (16 columns = 2 vectors per panel): 12 accumulators,
  * 3 weight vectors and a broadcast fill the 16 registers. Vector v of the group sits in panel v / 2,
  * half v % 2, so 4 calls (v0 = 0, 3, 6, 9) cover a full group in one pass over its weights. */
-AVX2 static void tile_4x3v(const float *x, long ldx, const float *wp, long K, long kn, float *s, long v0,
+AVX2 static void tile_4x3v(const float *x, long ldx, const wt_t *wp, long K, long kn, float *s, long v0,
                            const char *pf, long pf_lines) {
-    const float *wv0 = wp + ((v0 >> 1) * K) * NR + (v0 & 1) * 8;
-    const float *wv1 = wp + (((v0 + 1) >> 1) * K) * NR + ((v0 + 1) & 1) * 8;
-    const float *wv2 = wp + (((v0 + 2) >> 1) * K) * NR + ((v0 + 2) & 1) * 8;
+    const wt_t *wv0 = wp + ((v0 >> 1) * K) * NR + (v0 & 1) * 8;
+    const wt_t *wv1 = wp + (((v0 + 1) >> 1) * K) * NR + ((v0 + 1) & 1) * 8;
+    const wt_t *wv2 = wp + (((v0 + 2) >> 1) * K) * NR + ((v0 + 2) & 1) * 8;
     __m256 acc[4][3];
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i)
         _Pragma("GCC unroll 3") for (int j = 0; j < 3; ++j)
@@ -133,8 +162,7 @@ AVX2 static void tile_4x3v(const float *x, long ldx, const float *wp, long K, lo
     long debt = 0;
     for (long k = 0; k < kn; ++k) {
         for (debt += pf_lines; debt >= kn; debt -= kn, pf += LINE) _mm_prefetch(pf, PF_HINT);
-        __m256 w0 = _mm256_loadu_ps(wv0 + k * NR), w1 = _mm256_loadu_ps(wv1 + k * NR),
-               w2 = _mm256_loadu_ps(wv2 + k * NR);
+        __m256 w0 = LOADW8(wv0 + k * NR), w1 = LOADW8(wv1 + k * NR), w2 = LOADW8(wv2 + k * NR);
         _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i) {
             __m256 xv = _mm256_broadcast_ss(x + i * ldx + k);
             acc[i][0] = _mm256_fmadd_ps(xv, w0, acc[i][0]);
@@ -147,7 +175,7 @@ AVX2 static void tile_4x3v(const float *x, long ldx, const float *wp, long K, lo
             _mm256_storeu_ps(s + i * PG * NR + (v0 + j) * 8, acc[i][j]);
 }
 
-typedef void (*tile_fn)(const float *, long, const float *, long, long, float *, const char *, long);
+typedef void (*tile_fn)(const float *, long, const wt_t *, long, long, float *, const char *, long);
 
 /* AVX-512 tiles (where the CPU has it): one 16-float panel step is one register, and 32 registers hold
  * 2-5 rows x 6 panels, a whole group, in one pass that reads the weights once (the AVX2 tiles need two
@@ -158,7 +186,7 @@ typedef void (*tile_fn)(const float *, long, const float *, long, long, float *,
 #ifndef NO_AVX512
 #define AVX512 __attribute__((target("avx512f")))
 #define TILE512(MR, NP)                                                                                \
-    AVX512 static void z_tile_##MR##x##NP(const float *x, long ldx, const float *wp, long K, long kn, \
+    AVX512 static void z_tile_##MR##x##NP(const float *x, long ldx, const wt_t *wp, long K, long kn,  \
                                           float *s, const char *pf, long pf_lines) {                  \
         __m512 acc[MR][NP];                                                                            \
         _Pragma("GCC unroll 8") for (int i = 0; i < MR; ++i)                                           \
@@ -168,7 +196,7 @@ typedef void (*tile_fn)(const float *, long, const float *, long, long, float *,
         for (long k = 0; k < kn; ++k) {                                                                \
             for (debt += pf_lines; debt >= kn; debt -= kn, pf += LINE) _mm_prefetch(pf, PF_HINT);      \
             _Pragma("GCC unroll 8") for (int j = 0; j < NP; ++j) {                                     \
-                __m512 w = _mm512_loadu_ps(wp + (j * K + k) * NR);                                     \
+                __m512 w = LOADW16(wp + (j * K + k) * NR);                                             \
                 _Pragma("GCC unroll 8") for (int i = 0; i < MR; ++i)                                   \
                     acc[i][j] = _mm512_fmadd_ps(_mm512_set1_ps(x[i * ldx + k]), w, acc[i][j]);         \
             }                                                                                          \
@@ -191,7 +219,13 @@ static const tile_fn HALF_GROUP[9] = {0, 0, 0, 0, 0, 0, z_tile_6x3, z_tile_7x3, 
 #ifndef TILE_MAX_512
 #define TILE_MAX_512 8
 #endif
-static int use_avx512 = -1; /* -1: not decided yet; then whether the tiles above run */
+/* -1: not decided yet; then whether the tiles above run (one state for both weight types) */
+#ifdef WEIGHT_BF16
+extern int ssd_use_avx512;
+#else
+int ssd_use_avx512 = -1;
+#endif
+#define use_avx512 ssd_use_avx512
 static int avx512_on(void) {
     if (use_avx512 < 0) {
         __builtin_cpu_init();
@@ -232,7 +266,7 @@ typedef struct {
 #ifndef NO_AVX512
 /* A full group for a row tile of 2-8 rows with the AVX-512 tiles: up to 5 rows in one pass over all 6
  * panels, 6-8 rows in two passes over 3 panels each (each weight read once from memory either way). */
-AVX2 static void group_pass512(const float *x, long ldx, const float *wp, long K, long kn, float *s, long rows,
+AVX2 static void group_pass512(const float *x, long ldx, const wt_t *wp, long K, long kn, float *s, long rows,
                                stream_t *st) {
     long calls = 0;
     for (long m = 0, t; m < rows; m += t) {
@@ -260,7 +294,7 @@ AVX2 static void group_pass512(const float *x, long ldx, const float *wp, long K
 /* Rows [0, rows) of x against `np` <= PG panels at wp, partial sums in s. The group's tile calls
  * share out the prefetch of as many lines as the group itself reads. An incomplete group (the last
  * one) goes panel by panel. */
-AVX2 static void group_pass(const float *x, long ldx, const float *wp, long K, long kn, float *s, long rows,
+AVX2 static void group_pass(const float *x, long ldx, const wt_t *wp, long K, long kn, float *s, long rows,
                             long np, stream_t *st) {
     const long step = K * NR;
     const int full = np == PG;
@@ -291,7 +325,7 @@ AVX2 static void group_pass(const float *x, long ldx, const float *wp, long K, l
             for (long c = 0; c < n_calls; ++c) {
                 long lines = (st->end - st->next) / LINE;
                 lines = lines < share ? lines : share;
-                const float *wq = wp + c * per * step;
+                const wt_t *wq = wp + c * per * step;
                 float *sm = srow + c * per * NR;
                 if (vec_tile)
                     tile_4x3v(xm, ldx, wp, K, kn, srow, 3 * c, st->next, lines);
@@ -310,14 +344,14 @@ AVX2 static void group_pass(const float *x, long ldx, const float *wp, long K, l
 }
 
 /* Which tile computes an element never changes its value (see the top of this file). */
-AVX2 void ssd_linear_avx2(const float *x, long ldx, const float *wp, const float *b, float *y, long ldy,
-                          long M, long N, long K) {
+AVX2 void FN(ssd_linear_avx2)(const float *x, long ldx, const wt_t *wp, const float *b, float *y, long ldy,
+                              long M, long N, long K) {
     float s[MC * PG * NR];
     const long panels = (N + NR - 1) / NR;
     const char *end = (const char *)(wp + panels * K * NR);
     for (long m0 = 0; m0 < M; m0 += MC) {
         long rows = M - m0 < MC ? M - m0 : MC;
-        long lead = LEAD * PG * K * NR * (long)sizeof(float);
+        long lead = LEAD * PG * K * NR * (long)sizeof(wt_t);
         /* Up to 3 rows the AVX2 tiles read 2-6 panels at once and memory is the bound: a prefetch
          * stream on top only competes with them (measured 1.3-1.9x slower at M = 1). From 4 rows on
          * the arithmetic is long enough for the stream to hide the read. The AVX-512 tiles read whole
@@ -341,6 +375,7 @@ AVX2 void ssd_linear_avx2(const float *x, long ldx, const float *wp, const float
     }
 }
 
+#ifndef WEIGHT_BF16
 int ssd_cpu_has_avx2_fma(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -358,14 +393,17 @@ int ssd_linear_avx512(int on) {
     return 0;
 #endif
 }
+#endif /* !WEIGHT_BF16 */
 #else
+#ifndef WEIGHT_BF16
 int ssd_cpu_has_avx2_fma(void) { return 0; }
 int ssd_linear_avx512(int on) {
     (void)on;
     return 0;
 }
-void ssd_linear_avx2(const float *x, long ldx, const float *wp, const float *b, float *y, long ldy, long M,
-                     long N, long K) {
-    ssd_linear_portable(x, ldx, wp, b, y, ldy, M, N, K);
+#endif
+void FN(ssd_linear_avx2)(const float *x, long ldx, const wt_t *wp, const float *b, float *y, long ldy, long M,
+                         long N, long K) {
+    FN(ssd_linear_portable)(x, ldx, wp, b, y, ldy, M, N, K);
 }
 #endif
