@@ -3,7 +3,8 @@
 Each span attends over its own extent slots ``[0, kv_len)`` (a strided view of the pool, no copy) with
 its own boolean mask, through ``scaled_dot_product_attention`` (grouped-query heads handled natively).
 The FlashInfer path (``attention_flashinfer.py``) computes the same thing with one paged kernel call,
-the Triton path (``attention_triton.py``) with one Triton kernel.
+the Triton path (``attention_triton.py``) with one Triton kernel, the C path (``attention_c.py``, the
+CPU default) with one C call per layer.
 """
 
 from __future__ import annotations
@@ -67,10 +68,18 @@ class TorchAttention:
 
 
 def make_attention(kind: str, cfg: ModelConfig, pool: KVPool, device: torch.device):
-    """"torch", "flashinfer", "triton", or "auto" (on CUDA FlashInfer when it imports, else Triton,
-    else torch; torch elsewhere)."""
-    if kind not in ("auto", "torch", "flashinfer", "triton"):
-        raise ValueError(f"attention must be auto, torch, flashinfer or triton, got {kind!r}")
+    """"torch", "c", "flashinfer", "triton", or "auto" (on CUDA FlashInfer when it imports, else Triton,
+    else torch; on a CPU the C kernel for an fp32 pool on the kernel route, else torch)."""
+    if kind not in ("auto", "torch", "c", "flashinfer", "triton"):
+        raise ValueError(f"attention must be auto, torch, c, flashinfer or triton, got {kind!r}")
+    if kind in ("c", "auto") and device.type != "cuda":
+        from .attention_c import CAttention, c_attention_kernel
+
+        fn = c_attention_kernel(cfg, pool, device)
+        if fn is not None:
+            return CAttention(cfg, pool, device, fn)
+        if kind == "c":
+            raise ValueError("attention='c' needs a CPU fp32 pool and the C kernel route (SGLANG_SSD_CPU_LINEAR)")
     if kind == "torch" or (kind == "auto" and device.type != "cuda"):
         return TorchAttention(cfg, pool, device)
     if kind == "triton":  # also on a CPU under TRITON_INTERPRET=1 (how the tests check it)

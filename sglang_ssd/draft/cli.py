@@ -33,7 +33,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--bind", default="ipc:///tmp/sglang-ssd-draft.sock", help="ipc://PATH or tcp://HOST:PORT")
     p.add_argument("--device", default="cpu", help="cpu or cuda:N")
     p.add_argument("--dtype", default="auto", choices=["auto", *_DTYPES])
-    p.add_argument("--attention", default="auto", choices=["auto", "torch", "flashinfer", "triton"])
+    p.add_argument("--attention", default="auto", choices=["auto", "torch", "c", "flashinfer", "triton"])
     p.add_argument("--fanout-list", default=None, help="fixed fan-out F_0..F_K, comma separated")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     p.add_argument("--kv-slots", type=int, default=0, help="KV pool size in tokens (0: from --kv-mem-mb)")
