@@ -3,7 +3,7 @@
     python bench/draft_forward.py [--draft models/draft] [--context 300] [--repeats 25] [--out F.json]
 
 Times ``DraftModel.forward`` (all layers, the head included) for the span shapes a draft server runs:
-a one-token decode (backup), a 5-token causal chain (glue), and tree steps of 2-12 branch tokens over a
+a one-token decode (backup), one each for 8 requests, a 5-token causal chain (glue), and tree steps of 2-12 branch tokens over a
 committed context. Variants, each a weights/attention pair:
 - ``fp32/torch``: fp32 weights, SDPA per span (the runner before ``compact_linears`` and
   ``attention_c``), run twice for the run's noise band;
@@ -44,7 +44,7 @@ class AllC(attention_c.CAttention):
             attention_c.SMALL_SPAN = saved
 
 
-def cases(context: int) -> dict[str, callable]:
+def cases(context: int, starts: list[int]) -> dict[str, callable]:
     def tree(nb: int) -> list[Span]:
         mask = torch.ones(nb, context + nb, dtype=torch.bool)
         mask[:, context:] = torch.eye(nb, dtype=torch.bool)  # each branch sees the context and itself
@@ -55,7 +55,11 @@ def cases(context: int) -> dict[str, callable]:
         pos = torch.arange(context, context + n)
         return [Span(0, torch.full((n,), 5), pos, pos, context + n)]
 
-    return {"decode1": lambda: chain(1), "chain5": lambda: chain(5),
+    def decodes(n: int) -> list[Span]:  # n requests' backup tokens, each over its own context
+        return [Span(start, torch.tensor([5]), torch.tensor([context]), torch.tensor([context]), context + 1)
+                for start in starts[:n]]  # fmt: skip
+
+    return {"decode1": lambda: chain(1), "decode1x8": lambda: decodes(8), "chain5": lambda: chain(5),
             **{f"tree{nb}": (lambda nb=nb: tree(nb)) for nb in (2, 4, 6, 8, 12)}}  # fmt: skip
 
 
@@ -67,8 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    model = DraftModel(args.draft, kv_slots=4096)
-    model.prefill([(0, list(range(100, 100 + args.context)))], 256)
+    model = DraftModel(args.draft, kv_slots=16384)
+    extents = [model.pool.alloc(args.context + 16)[0] for _ in range(8)]  # request 0's extent starts at 0
+    model.prefill([(start, list(range(100 + i, 100 + i + args.context))) for i, start in enumerate(extents)], 256)
     fn = attention_c.c_attention_kernel(model.cfg, model.pool, model.device)
     if fn is None:
         print("the C kernels do not apply here (route torch or a non-fp32 pool)")
@@ -79,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     variants = {"fp32/torch": (full, sdpa), "fp32/torch#2": (full, sdpa), "bf16/torch": (compact, sdpa),
                 "bf16/c-all": (compact, AllC(model.cfg, model.pool, model.device, fn)),
                 "bf16/auto": (compact, make_attention("auto", model.cfg, model.pool, model.device))}  # fmt: skip
-    shapes = cases(args.context)
+    shapes = cases(args.context, extents)
     times = {(v, c): [] for v in variants for c in shapes}
     for _ in range(args.repeats):
         for c, make in shapes.items():
