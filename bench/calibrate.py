@@ -224,6 +224,11 @@ def calibrate_target(
 # ---- draft ----------------------------------------------------------------------------------------
 
 
+def linear_weights(w) -> list[torch.Tensor]:
+    """The draft runner's projection and head weights (what ``compact_linears`` may store as bf16)."""
+    return [t for layer in w.layers for t in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down)] + [w.lm_head]
+
+
 def load_draft(draft: Path, target: Path, layers: int, slots: int) -> tuple[DraftModel, dict]:
     if (draft / "config.json").is_file():
         model = DraftModel(draft, device="cpu", kv_slots=slots)
@@ -336,7 +341,9 @@ def calibrate_draft(model: DraftModel, context: int, max_n: int, k: int, decode_
         "hidden_size": cfg.hidden_size,
         "vocab_size": cfg.vocab_size,
         "dtype": str(model.dtype).replace("torch.", ""),
-        "runner": "sglang_ssd.draft.model.DraftModel (torch attention)",
+        "runner": f"sglang_ssd.draft.model.DraftModel ({type(model.attn).__name__}, "
+                  f"{sum(t.dtype is torch.bfloat16 for t in linear_weights(model.w))} of "
+                  f"{len(linear_weights(model.w))} linear weights stored bf16)",
         "linear_route": cpu_linear.describe(),
         **({"tree_torch_route": tree_torch} if tree_torch else {}),
         "temperature": temperature,
