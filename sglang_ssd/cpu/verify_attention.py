@@ -13,6 +13,8 @@ runs the C kernel of `attention.py` where it applies, so that verify and decode 
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch.nn.functional import scaled_dot_product_attention
 
@@ -62,11 +64,23 @@ def verify_attention(backend, q, k, v, layer, forward_batch, save_kv_cache: bool
 
 
 def tree_mask(forward_batch) -> torch.Tensor | None:
-    """[bs, n, n] mask over the draft tokens, or None for chains (the kernel's causal default)."""
-    spec_info = forward_batch.spec_info
-    if is_chain(spec_info):
-        return None
-    return torch.stack(verify_masks(spec_info, forward_batch.seq_lens.tolist(), "cpu"))
+    """uint8 [bs, n, n] mask over the draft tokens, or None for chains (the kernel's causal default,
+    which gives the same bits as a lower-triangular mask). Every layer asks: it is built once per
+    forward and kept on the batch, for the same spec_info, custom_mask and seq_lens objects (a profile of
+    the SSD server put 3 % of a verify step into rebuilding it per layer)."""
+    spec_info, seq_lens = forward_batch.spec_info, forward_batch.seq_lens
+    key = (spec_info, getattr(spec_info, "custom_mask", None), seq_lens)
+    cached = getattr(forward_batch, "_ssd_tree_mask", None)
+    if cached is not None and all(a is b for a, b in zip(cached[0], key)):
+        return cached[1]
+    mask = None
+    if not is_chain(spec_info):
+        mask = torch.stack(verify_masks(spec_info, seq_lens.tolist(), "cpu")).to(torch.uint8)
+        if torch.equal(mask, torch.ones_like(mask).tril()):  # a chain sent as a mask (SSD's verify)
+            mask = None
+    with contextlib.suppress(AttributeError):  # a batch type that takes no new attributes: no cache
+        forward_batch._ssd_tree_mask = (key, mask)
+    return mask
 
 
 def torch_verify_attention(backend, q, layer, forward_batch) -> torch.Tensor:

@@ -58,9 +58,24 @@ def test_chain_and_tree_match_sdpa_references(route):
     case = make_case(4, seed=11)
     torch.testing.assert_close(_verify(case, route), chain_reference(case[-1], 4), atol=1e-5, rtol=1e-5)
     case = make_case(len(TREE_PARENT), seed=12, custom_mask=compact_tree_mask(TREE_PARENT))
-    mask = va.tree_mask(case[5]).to(torch.uint8)
+    mask = va.tree_mask(case[5])
     torch.testing.assert_close(_verify(case, route, mask), tree_reference(case[-1], TREE_PARENT), atol=1e-5,
                                rtol=1e-5)  # fmt: skip
+
+
+def test_the_tree_mask_is_built_once_per_forward_and_a_chain_mask_is_none():
+    case = make_case(len(TREE_PARENT), seed=12, custom_mask=compact_tree_mask(TREE_PARENT))
+    fb = case[5]
+    first = va.tree_mask(fb)
+    assert first is not None and first.dtype is torch.uint8 and va.tree_mask(fb) is first  # kept on the batch
+    fb.seq_lens = fb.seq_lens.clone()  # another forward's lengths: built again, same values
+    again = va.tree_mask(fb)
+    assert again is not first and torch.equal(again, first)
+    # SSD's verify sends its chain as a full lower-triangular mask: the kernel's causal default (None).
+    n = fb.spec_info.draft_token_num
+    bs = len(PREFIX_LENS)
+    fb.spec_info.custom_mask = torch.ones(n, n, dtype=torch.bool).tril().repeat(bs, 1, 1).flatten()
+    assert va.tree_mask(fb) is None
 
 
 @pytest.mark.parametrize("route", LIB_ROUTES)
