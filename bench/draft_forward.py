@@ -3,8 +3,8 @@
     python bench/draft_forward.py [--draft models/draft] [--context 300] [--repeats 25] [--out F.json]
 
 Times ``DraftModel.forward`` (all layers, the head included) for the span shapes a draft server runs:
-a one-token decode (backup), one each for 8 requests, a 5-token causal chain (glue), and tree steps of 2-12 branch tokens over a
-committed context. Variants, each a weights/attention pair:
+a one-token decode (backup), one each for 8 requests, a 5-token causal chain (glue), and tree steps of
+2-12 branch tokens over a committed context. Variants, each a weights/attention pair:
 - ``fp32/torch``: fp32 weights, SDPA per span (the runner before ``compact_linears`` and
   ``attention_c``), run twice for the run's noise band;
 - ``bf16/torch``: the weights as ``compact_linears`` stores them (bf16 where exact), SDPA;
@@ -31,17 +31,6 @@ from sglang_ssd.draft import attention_c  # noqa: E402
 from sglang_ssd.draft.attention import make_attention  # noqa: E402
 from sglang_ssd.draft.model import DraftModel, Span  # noqa: E402
 from sglang_ssd.draft.weights import load_weights  # noqa: E402
-
-
-class AllC(attention_c.CAttention):
-    """Every span through the C kernel (what ``SMALL_SPAN`` is chosen against)."""
-
-    def plan(self, spans):
-        saved, attention_c.SMALL_SPAN = attention_c.SMALL_SPAN, 1 << 30
-        try:
-            return super().plan(spans)
-        finally:
-            attention_c.SMALL_SPAN = saved
 
 
 def cases(context: int, starts: list[int]) -> dict[str, callable]:
@@ -82,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     full = load_weights(args.draft, model.cfg, torch.float32, model.device)
     sdpa = make_attention("torch", model.cfg, model.pool, model.device)
     variants = {"fp32/torch": (full, sdpa), "fp32/torch#2": (full, sdpa), "bf16/torch": (compact, sdpa),
-                "bf16/c-all": (compact, AllC(model.cfg, model.pool, model.device, fn)),
+                "bf16/c-all": (compact, attention_c.CAttention(model.cfg, model.pool, model.device, fn, 1 << 30)),
                 "bf16/auto": (compact, make_attention("auto", model.cfg, model.pool, model.device))}  # fmt: skip
     shapes = cases(args.context, extents)
     times = {(v, c): [] for v in variants for c in shapes}
@@ -98,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
                if isinstance(t, torch.Tensor)) + (compact.lm_head.dtype is torch.bfloat16)  # fmt: skip
     print(f"draft {args.draft} ({bf16} weights stored bf16), context {args.context}, median ms of {args.repeats}")
     names = list(variants)
-    print(f"{'span':8s} " + " ".join(f"{v:>12s}" for v in names) + "   band  " + " ".join(f"{v:>10s}" for v in names[2:]))
+    head = " ".join(f"{v:>12s}" for v in names)
+    print(f"{'span':8s} {head}   band  " + " ".join(f"{v:>10s}" for v in names[2:]))
     for c, r in rows.items():
         base = r["fp32/torch"]
         band = abs(r["fp32/torch#2"] / base - 1)

@@ -53,15 +53,17 @@ def visible_slots(span) -> tuple[torch.Tensor, torch.Tensor]:
 class CAttention:
     """Small spans' rows in one C call per layer, larger spans through SDPA; K/V are already in the pool."""
 
-    def __init__(self, cfg: ModelConfig, pool: KVPool, device: torch.device, fn) -> None:
+    def __init__(self, cfg: ModelConfig, pool: KVPool, device: torch.device, fn,
+                 small_span: int = SMALL_SPAN) -> None:  # fmt: skip
         self.pool = pool
         self.fn = fn
+        self.small_span = small_span
         self.kv_heads = cfg.num_kv_heads
         self.torch = TorchAttention(cfg, pool, device)
 
     def plan(self, spans) -> _Plan:
         sdpa = self.torch.plan(spans)  # every span's batch rows (and mask checks); the large ones run here
-        small = [(s, p.row) for s, p in zip(spans, sdpa) if s.n <= SMALL_SPAN]
+        small = [(s, p.row) for s, p in zip(spans, sdpa) if s.n <= self.small_span]
         parts = [visible_slots(s) for s, _ in small]
         rows = sum(s.n for s, _ in small)
         width = max((slots.shape[1] for slots, _ in parts), default=1)
@@ -74,7 +76,7 @@ class CAttention:
         if rows and int(lens.min()) < 1:  # the kernel's decode layout: every row sees at least one slot
             raise ValueError("every span row must see at least one slot")
         index = torch.cat([torch.arange(row, row + s.n) for s, row in small]) if small else lens
-        return _Plan(index, table, lens, [p for p in sdpa if p.n > SMALL_SPAN], torch.arange(rows))
+        return _Plan(index, table, lens, [p for p in sdpa if p.n > self.small_span], torch.arange(rows))
 
     def run(self, plan: _Plan, layer: int, q: torch.Tensor, scale: float) -> torch.Tensor:
         """q ``[N, Hq, D]`` ⇒ attention output ``[N, Hq, D]``."""
