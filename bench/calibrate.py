@@ -46,7 +46,7 @@ from sglang_ssd.draft.model import DraftModel, Span  # noqa: E402
 from sglang_ssd.draft.request import RequestState, Stage  # noqa: E402
 from sglang_ssd.draft.sampler import RowParams  # noqa: E402
 from sglang_ssd.draft.tree import advance_tree, glue_span, select_forks, tree_span  # noqa: E402
-from sglang_ssd.draft.weights import load_weights  # noqa: E402
+from sglang_ssd.draft.weights import linear_weights, load_weights  # noqa: E402
 
 
 def log(msg: str) -> None:
@@ -222,11 +222,6 @@ def calibrate_target(
 
 
 # ---- draft ----------------------------------------------------------------------------------------
-
-
-def linear_weights(w) -> list[torch.Tensor]:
-    """The draft runner's projection and head weights (what ``compact_linears`` may store as bf16)."""
-    return [t for layer in w.layers for t in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down)] + [w.lm_head]
 
 
 def load_draft(draft: Path, target: Path, layers: int, slots: int) -> tuple[DraftModel, dict]:

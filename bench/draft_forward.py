@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sglang_ssd.draft import attention_c  # noqa: E402
 from sglang_ssd.draft.attention import make_attention  # noqa: E402
 from sglang_ssd.draft.model import DraftModel, Span  # noqa: E402
-from sglang_ssd.draft.weights import load_weights  # noqa: E402
+from sglang_ssd.draft.weights import linear_weights, load_weights  # noqa: E402
 
 
 def cases(context: int, starts: list[int]) -> dict[str, callable]:
@@ -83,8 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                 model.forward(spans)
                 times[(v, c)].append(time.perf_counter() - t)
     rows = {c: {v: statistics.median(times[(v, c)]) * 1e3 for v in variants} for c in shapes}
-    bf16 = sum(t.dtype is torch.bfloat16 for layer in compact.layers for t in vars(layer).values()
-               if isinstance(t, torch.Tensor)) + (compact.lm_head.dtype is torch.bfloat16)  # fmt: skip
+    bf16 = sum(t.dtype is torch.bfloat16 for t in linear_weights(compact))
     print(f"draft {args.draft} ({bf16} weights stored bf16), context {args.context}, median ms of {args.repeats}")
     names = list(variants)
     head = " ".join(f"{v:>12s}" for v in names)

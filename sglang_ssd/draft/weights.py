@@ -139,10 +139,18 @@ def load_weights(folder: str | Path, cfg: ModelConfig, dtype: torch.dtype, devic
     return ModelWeights(embed, layers, get("model.norm.weight"), lm_head, head_ids)
 
 
+LINEARS = ("wqkv", "wo", "w_gate_up", "w_down")  # a layer's projections, which the linear route runs
+
+
+def linear_weights(w: ModelWeights) -> list[torch.Tensor]:
+    """Every projection weight of every layer, then the head: what ``compact_linears`` may store as bf16."""
+    return [getattr(layer, name) for layer in w.layers for name in LINEARS] + [w.lm_head]
+
+
 def compact_linears(w: ModelWeights) -> None:
     """Store each projection and the head as bf16 where that loses nothing (``cpu.linear.compact``: a
     draft trained and shipped in bf16): the CPU kernel then streams half the bytes for the same bits."""
     for layer in w.layers:
-        for name in ("wqkv", "wo", "w_gate_up", "w_down"):
+        for name in LINEARS:
             setattr(layer, name, compact(getattr(layer, name)))
     w.lm_head = compact(w.lm_head)
