@@ -2,8 +2,9 @@
 
 A thin wrapper around `python -m sglang.launch_server`:
 - on a machine without CUDA (or with `--device cpu`) it selects SGLang's CPU engine and adds the flags
-  a plain CPU needs (`--attention-backend torch_native --disable-cuda-graph --max-total-tokens 4096`)
-  unless they are given;
+  a plain CPU needs (`--attention-backend torch_native --disable-cuda-graph --max-total-tokens 4096
+  --dtype float32`) unless they are given, and runs SGLang's processes with `OMP_NUM_THREADS=1`
+  unless the environment sets it (the CPU kernels take fp32 on one thread: see `CPU_DEFAULTS`);
 - with `--speculative-algorithm SSD` it validates the `--ssd-*` flags before any model loads, starts
   the draft server(s) it needs (or connects to `--ssd-draft-endpoint`s), hands the settings to
   SGLang's processes (env `SGLANG_SSD_CONFIG`), runs SGLang, and stops what it started on exit.
@@ -24,7 +25,13 @@ from sglang_ssd.target.config import ENV_JSON, ConfigError, add_ssd_arguments, c
 CPU_DEFAULTS = (
     ("--attention-backend", "torch_native"),
     ("--max-total-tokens", "4096"),
+    # SGLang's `auto` dtype serves an fp32 checkpoint in fp16, and the CPU kernels (linear, attention,
+    # rotary; sglang_ssd/cpu) take fp32 only: every call would go to torch.
+    ("--dtype", "float32"),
 )
+# The CPU kernels are single-threaded (with more torch threads each call goes to torch), and SSD gives
+# the draft server a core of its own.
+CPU_THREADS_ENV = ("OMP_NUM_THREADS", "1")
 
 
 class LaunchError(RuntimeError):
@@ -86,6 +93,8 @@ def build_sglang_argv(argv: list[str]) -> tuple[list[str], dict[str, str], argpa
     out += ["--device", device]
     if device == "cpu":
         env["SGLANG_USE_CPU_ENGINE"] = "1"
+        if CPU_THREADS_ENV[0] not in os.environ:
+            env[CPU_THREADS_ENV[0]] = CPU_THREADS_ENV[1]
         for flag, value in CPU_DEFAULTS:
             if not _has_flag(out, flag):
                 out += [flag, value]

@@ -188,7 +188,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     case (fp32 rows on the CPU, no autograd) costs about what torch's own dispatch does. Tensors off
     the CPU return before the route is even decided: a GPU run never builds or loads the kernel.
     """
-    if not x.is_cpu or x.dtype is not _F32 or (weight.dtype is not _F32 and weight.dtype is not _BF16):
+    if not x.is_cpu:
+        return F.linear(x, weight, bias)
+    if x.dtype is not _F32 or (weight.dtype is not _F32 and weight.dtype is not _BF16):
+        _skipped(f"{str(x.dtype).removeprefix('torch.')} rows with {str(weight.dtype).removeprefix('torch.')} "
+                 "weights (it takes fp32 rows; serve with --dtype float32)")  # fmt: skip
         return F.linear(x, weight, bias)
     fn = _state.get("fn", _UNRESOLVED)
     if fn is _UNRESOLVED:
@@ -212,10 +216,24 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
                                   or not bias.is_contiguous()))
         or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
                                          or (bias is not None and bias.requires_grad)))
-        or torch.get_num_threads() != 1
     ):  # fmt: skip
         return F.linear(x, weight if weight.dtype is _F32 else weight.float(), bias)
+    if torch.get_num_threads() != 1:
+        _skipped(f"{torch.get_num_threads()} torch threads (it runs on one; set OMP_NUM_THREADS=1)")
+        return F.linear(x, weight if weight.dtype is _F32 else weight.float(), bias)
     return run(fn, x, weight, bias)
+
+
+def _skipped(reason: str) -> None:
+    """Say once per process and reason that the kernel route is on but a kind of call goes to torch
+    (the route's start-up line alone would claim the kernel for a server that never calls it)."""
+    seen = _state.setdefault("skipped", set())
+    if reason in seen:
+        return
+    seen.add(reason)
+    if route() != "torch":
+        print(f"sglang_ssd: CPU linear kernel skipped for {reason}; torch F.linear runs these calls (pid "
+              f"{os.getpid()})", file=sys.stderr, flush=True)  # fmt: skip
 
 
 def rows_of(x: torch.Tensor) -> tuple[torch.Tensor, int]:

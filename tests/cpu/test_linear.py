@@ -124,6 +124,24 @@ def test_everything_else_falls_back_to_torch_exactly(case):
         assert torch.equal(got, ref)
 
 
+@pytest.mark.parametrize("case, needle", [("fp16", "float16 rows"), ("threads", "2 torch threads")])
+def test_a_kind_of_call_the_kernel_skips_is_named_once(case, needle, capsys, monkeypatch):
+    # A server started in fp16 or on several threads used to log the kernel route and then never call it.
+    monkeypatch.setitem(cpu_linear._state, "skipped", set())
+    w, x = torch.randn(16, 24), torch.randn(3, 24)
+    if case == "fp16":
+        w, x = w.half(), x.half()
+    else:
+        torch.set_num_threads(2)
+    try:
+        for _ in range(3):
+            cpu_linear.linear(x, w)
+    finally:
+        torch.set_num_threads(1)
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "kernel skipped" in ln]
+    assert len(lines) == 1 and needle in lines[0]
+
+
 def test_tensors_off_the_cpu_never_decide_the_route():
     # A GPU install must not build or load the kernel: the route is decided only by a CPU call.
     code = (

@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.e2e.conftest import LAW_SERVER_ARGS, DraftProcess, held, start_server
@@ -67,10 +69,21 @@ def test_tp2_matches_greedy_through_a_draft_server_restart(law_tp2_server, tp2_d
     assert killed["ssd_hits"] > before["ssd_hits"], "no speculation before the kill"
 
     tp2_draft.start()
+    _wait_for_reconnect(law_tp2_server, killed["ssd_reconnects"], prompts[8])
     second, _ = _streams_with_fault(law_tp2_server, prompts[8:], NEW_TOKENS, lambda: None)
     after = _state(law_tp2_server)
     assert second == want[8:], "TP = 2 output differs from greedy decoding after the restart"
     assert after["ssd_hits"] > killed["ssd_hits"], "no cache hit after the draft server came back"
+
+
+def _wait_for_reconnect(server, reconnects: int, prompt: list[int], timeout_s: float = 60.0) -> None:
+    """Short requests until the target's link has found the restarted draft server (it retries a
+    down server every couple of seconds): otherwise a fast batch can finish before the link looks."""
+    deadline = time.monotonic() + timeout_s
+    while _state(server)["ssd_reconnects"] <= reconnects:
+        assert time.monotonic() < deadline, f"the link did not find the restarted draft server in {timeout_s:.0f} s"
+        server.generate(prompt, {"max_new_tokens": 4, "temperature": 0})
+        time.sleep(0.5)
 
 
 def test_dp2_matches_greedy_and_both_replicas_speculate(law_dp2_server, scale_prompts):

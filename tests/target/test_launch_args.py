@@ -53,15 +53,31 @@ def ssd(*extra: str) -> list[str]:
 # ---------------------------------------------------------------- CPU defaults
 
 
-def test_cpu_gets_the_torch_native_defaults():
+def test_cpu_gets_the_torch_native_defaults(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     out, env, ns, config = build_sglang_argv(["--model-path", TARGET, "--device", "cpu"])
     assert flag_value(out, "--device") == ["cpu"]
     assert flag_value(out, "--attention-backend") == ["torch_native"]
     assert flag_value(out, "--max-total-tokens") == ["4096"]
+    # SGLang's `auto` would serve the fp32 checkpoint in fp16, which the CPU kernels do not take
+    assert flag_value(out, "--dtype") == ["float32"]
     assert out.count("--disable-cuda-graph") == 1
     assert flag_value(out, "--model-path") == [TARGET]
-    assert env == {"SGLANG_USE_CPU_ENGINE": "1"}
+    assert env == {"SGLANG_USE_CPU_ENGINE": "1", "OMP_NUM_THREADS": "1"}
     assert config is None and "--speculative-algorithm" not in out
+
+
+def test_cpu_keeps_the_users_thread_count(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    _, env, _, _ = build_sglang_argv(["--model-path", TARGET, "--device", "cpu"])
+    assert "OMP_NUM_THREADS" not in env  # the child inherits the user's 4
+
+
+def test_gpu_gets_no_cpu_defaults(monkeypatch):
+    monkeypatch.setattr("sglang_ssd.launch_server._cuda_available", lambda: True)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    out, env, _, _ = build_sglang_argv(["--model-path", TARGET, "--device", "cuda"])
+    assert flag_value(out, "--dtype") == [] and "OMP_NUM_THREADS" not in env
 
 
 @pytest.mark.skipif(not NO_CUDA, reason="the default device is cuda where CUDA exists")
@@ -78,6 +94,8 @@ def test_cpu_is_the_default_device_without_cuda():
         (["--max-total-tokens", "1000"], "--max-total-tokens", "1000"),
         (["--max-total-tokens=2048"], "--max-total-tokens", "2048"),
         (["--attention-backend", "intel_amx"], "--attention-backend", "intel_amx"),
+        (["--dtype", "bfloat16"], "--dtype", "bfloat16"),
+        (["--dtype=float16"], "--dtype", "float16"),
     ],
 )
 def test_user_given_values_are_kept(given, flag, value):
