@@ -1,11 +1,12 @@
 """Serving SGLang on plain CPUs: kernel stand-ins, a TARGET_VERIFY path for torch attention, and
-the small-M linear route (`linear.py`), the rotary embedding in C (`rope.py`)."""
+the small-M linear route (`linear.py`), the rotary embedding and the RMSNorm in C (`rope.py`,
+`rmsnorm.py`)."""
 
 
 def install_cpu_support() -> None:
     """Idempotent: stand-ins for missing kernel packages, the verify and decode attention hooks, the linear
-    route, the rotary embedding."""
-    from sglang_ssd.cpu import attention, linear_hooks, rope, verify_attention
+    route, the rotary embedding, the RMSNorm."""
+    from sglang_ssd.cpu import attention, linear_hooks, rmsnorm, rope, verify_attention
     from sglang_ssd.cpu.stand_ins import install
 
     install()
@@ -13,3 +14,4 @@ def install_cpu_support() -> None:
     attention.register()
     linear_hooks.register()
     rope.register()
+    rmsnorm.register()

@@ -43,9 +43,9 @@ ROUTES = ("auto", "torch", "portable")
 MAX_ROWS = 64
 
 # One library for the CPU kernels: the linear here, the attention of `attention.py`, the rotary
-# embedding of `rope.py`.
+# embedding of `rope.py`, the RMSNorm of `rmsnorm.py`.
 _SOURCES = tuple(Path(__file__).with_name("csrc") / name
-                 for name in ("linear.c", "linear_bf16.c", "attention.c", "rope.c"))  # fmt: skip
+                 for name in ("linear.c", "linear_bf16.c", "attention.c", "rope.c", "rmsnorm.c"))  # fmt: skip
 _BUILD_DIR = Path(__file__).with_name("_build")
 # -ffp-contract=off: the portable route must not have its multiply-adds fused behind our back, or
 # its order of rounding would depend on the compiler's mood.
@@ -114,6 +114,8 @@ def _library() -> ctypes.CDLL | None:
             fn.restype = ctypes.c_int
         lib.ssd_rope.argtypes = [p, n, p, n, p, p, p, n, n, n, n, n, ctypes.c_int, p, n, n]
         lib.ssd_rope.restype = ctypes.c_int
+        lib.ssd_rmsnorm.argtypes = [p, n, p, n, p, ctypes.c_float, p, p, n, n, ctypes.c_int]
+        lib.ssd_rmsnorm.restype = ctypes.c_int
     _state["lib"] = lib
     return lib
 
@@ -328,6 +330,15 @@ def rope_kernel():
     if fn is _UNRESOLVED:
         lib = _library() if route() != "torch" else None
         fn = _state["rope"] = None if lib is None else lib.ssd_rope
+    return fn
+
+
+def rmsnorm_kernel():
+    """The C RMSNorm (``csrc/rmsnorm.c``), or None on the torch route (same switch as the linears)."""
+    fn = _state.get("rmsnorm", _UNRESOLVED)  # per norm and step: no lock once decided
+    if fn is _UNRESOLVED:
+        lib = _library() if route() != "torch" else None
+        fn = _state["rmsnorm"] = None if lib is None else lib.ssd_rmsnorm
     return fn
 
 
