@@ -38,7 +38,7 @@ def test_served_attention_matches_sdpa_through_verify_and_crop(tmp_path):
             a = ref(input_ids=new[:, :width], past_key_values=caches["ref"], position_ids=pos).logits
             calls = []
             original = attn.fn
-            attn.fn = lambda *args: calls.append(1) or original(*args)
+            attn.fn = lambda *args, calls=calls, original=original: calls.append(1) or original(*args)
             b = model(input_ids=new[:, :width], past_key_values=caches["served"], position_ids=pos).logits
             attn.fn = original
             assert len(calls) == 2  # one kernel call per layer: the kernel, not the SDPA fallback
