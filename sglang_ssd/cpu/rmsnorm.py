@@ -35,30 +35,44 @@ _lanes: dict[int, int] = {}  # hidden size -> lanes whose bits agree with torch 
 _F32 = torch.float32
 
 
+def static_ok(norm) -> bool:
+    """What about ``norm`` lets the kernel stand in for it (checked once per module)."""
+    ok = norm.__dict__.get("_ssd_rmsnorm_ok")
+    if ok is None:
+        ok = norm.__dict__["_ssd_rmsnorm_ok"] = (
+            norm.variance_size_override is None and norm.override_orig_dtype in (None, _F32)
+        )
+    return ok
+
+
 def applies(norm, x: torch.Tensor, residual: torch.Tensor | None) -> bool:
     """Whether the kernel computes what ``norm.forward_native(x, residual)`` would, for this call."""
-    w = norm.weight
+    w = norm.weight  # may be replaced by a weight reload: checked per call
     return (
-        x.is_cpu and x.dtype is _F32 and x.dim() >= 1 and x.shape[-1] == norm.hidden_size
-        and norm.variance_size_override is None and norm.override_orig_dtype in (None, _F32)
+        static_ok(norm) and x.is_cpu and x.dtype is _F32 and x.dim() >= 1 and x.shape[-1] == norm.hidden_size
         and w.is_cpu and w.dtype is _F32 and w.dim() == 1 and w.is_contiguous()
         and (residual is None or (residual.is_cpu and residual.dtype is _F32 and residual.shape == x.shape))
     )  # fmt: skip
 
 
+def _rows(t: torch.Tensor) -> tuple[torch.Tensor, int]:
+    n = t.shape[-1]
+    return (t, n) if t.is_contiguous() else cpu_linear.rows_of(t)
+
+
 def run(fn, norm, x: torch.Tensor, residual: torch.Tensor | None, lanes: int):
     """One C call: the normalized rows (and the new residual, x + residual) as new tensors."""
     n = x.shape[-1]
-    x2, ldx = cpu_linear.rows_of(x)
-    out = torch.empty(x.shape, dtype=_F32)
-    res_out = r2 = None
-    ldr = 0
-    if residual is not None:
-        r2, ldr = cpu_linear.rows_of(residual)
-        res_out = torch.empty(x.shape, dtype=_F32)
-    rc = fn(x2.data_ptr(), ldx, 0 if r2 is None else r2.data_ptr(), ldr, norm.weight.data_ptr(),
-            float(norm.variance_epsilon), out.data_ptr(), 0 if res_out is None else res_out.data_ptr(),
-            x2.shape[0], n, lanes)  # fmt: skip
+    x2, ldx = _rows(x)
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    if residual is None:
+        r_ptr = ldr = res_ptr = 0
+    else:
+        r2, ldr = _rows(residual)
+        res_out = torch.empty_like(out)
+        r_ptr, res_ptr = r2.data_ptr(), res_out.data_ptr()
+    rc = fn(x2.data_ptr(), ldx, r_ptr, ldr, norm.weight.data_ptr(), norm.variance_epsilon, out.data_ptr(), res_ptr,
+            x.numel() // n, n, lanes)  # fmt: skip
     if rc != 0:
         raise ValueError(f"ssd_rmsnorm refused lanes={lanes}")
     return out if residual is None else (out, res_out)
@@ -87,7 +101,7 @@ def forward_native_hook(original, norm, x, residual=None, post_residual_addition
     fn = cpu_linear.rmsnorm_kernel() if post_residual_addition is None else None
     if fn is None or not applies(norm, x, residual):
         return original(norm, x, residual, post_residual_addition, *args, **kwargs)
-    lanes = lanes_for(original, norm, fn)
+    lanes = _lanes.get(norm.hidden_size) or lanes_for(original, norm, fn)
     if not lanes:
         return original(norm, x, residual, post_residual_addition, *args, **kwargs)
     return run(fn, norm, x, residual, lanes)

@@ -118,11 +118,14 @@ def test_c_rmsnorm_gives_sglangs_bits():
 def test_the_hook_applies_only_to_plain_fp32_norms():
     from types import SimpleNamespace
 
-    norm = SimpleNamespace(hidden_size=8, variance_size_override=None, override_orig_dtype=None,
-                           weight=torch.ones(8))  # fmt: skip
+    def norm(**kw):
+        base = {"hidden_size": 8, "variance_size_override": None, "override_orig_dtype": None, "weight": torch.ones(8)}
+        return SimpleNamespace(**{**base, **kw})
+
     x = torch.randn(2, 8)
-    assert rmsnorm.applies(norm, x, None) and rmsnorm.applies(norm, x, torch.randn(2, 8))
-    assert not rmsnorm.applies(norm, x.half(), None)
-    assert not rmsnorm.applies(norm, x, torch.randn(1, 8))  # a broadcast residual
-    assert not rmsnorm.applies(SimpleNamespace(**{**vars(norm), "variance_size_override": 4}), x, None)
-    assert not rmsnorm.applies(SimpleNamespace(**{**vars(norm), "weight": torch.ones(8).half()}), x, None)
+    assert rmsnorm.applies(norm(), x, None) and rmsnorm.applies(norm(), x, torch.randn(2, 8))
+    assert not rmsnorm.applies(norm(), x.half(), None)
+    assert not rmsnorm.applies(norm(), x, torch.randn(1, 8))  # a broadcast residual
+    assert not rmsnorm.applies(norm(variance_size_override=4), x, None)
+    assert not rmsnorm.applies(norm(override_orig_dtype=torch.bfloat16), x, None)
+    assert not rmsnorm.applies(norm(weight=torch.ones(8).half()), x, None)
