@@ -314,32 +314,30 @@ def kernels(bf16: bool = False) -> dict[str, object]:
     return out
 
 
-def attention_kernel():
-    """The C attention (``csrc/attention.c``) of this process's route, or None on the torch route."""
-    fn = _state.get("attention", _UNRESOLVED)  # per layer and step: no lock once decided
+def _kernel(key: str, symbol: str):
+    """A C function of the library (``symbol``, with ``{route}`` filled in), or None on the torch route;
+    looked up once per process, then read on every layer and step without a lock."""
+    fn = _state.get(key, _UNRESOLVED)
     if fn is _UNRESOLVED:
         name = route()
         lib = _library() if name != "torch" else None
-        fn = _state["attention"] = None if lib is None else getattr(lib, f"ssd_attention_{name}")
+        fn = _state[key] = None if lib is None else getattr(lib, symbol.format(route=name))
     return fn
+
+
+def attention_kernel():
+    """The C attention (``csrc/attention.c``) of this process's route, or None on the torch route."""
+    return _kernel("attention", "ssd_attention_{route}")
 
 
 def rope_kernel():
     """The C rotary embedding (``csrc/rope.c``), or None on the torch route (same switch as the linears)."""
-    fn = _state.get("rope", _UNRESOLVED)  # per layer and step: no lock once decided
-    if fn is _UNRESOLVED:
-        lib = _library() if route() != "torch" else None
-        fn = _state["rope"] = None if lib is None else lib.ssd_rope
-    return fn
+    return _kernel("rope", "ssd_rope")
 
 
 def rmsnorm_kernel():
     """The C RMSNorm (``csrc/rmsnorm.c``), or None on the torch route (same switch as the linears)."""
-    fn = _state.get("rmsnorm", _UNRESOLVED)  # per norm and step: no lock once decided
-    if fn is _UNRESOLVED:
-        lib = _library() if route() != "torch" else None
-        fn = _state["rmsnorm"] = None if lib is None else lib.ssd_rmsnorm
-    return fn
+    return _kernel("rmsnorm", "ssd_rmsnorm")
 
 
 def route_module(module: torch.nn.Module) -> int:
