@@ -55,20 +55,15 @@ def applies(norm, x: torch.Tensor, residual: torch.Tensor | None) -> bool:
     )  # fmt: skip
 
 
-def _rows(t: torch.Tensor) -> tuple[torch.Tensor, int]:
-    n = t.shape[-1]
-    return (t, n) if t.is_contiguous() else cpu_linear.rows_of(t)
-
-
 def run(fn, norm, x: torch.Tensor, residual: torch.Tensor | None, lanes: int):
     """One C call: the normalized rows (and the new residual, x + residual) as new tensors."""
     n = x.shape[-1]
-    x2, ldx = _rows(x)
+    x2, ldx = cpu_linear.rows_of(x)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     if residual is None:
         r_ptr = ldr = res_ptr = 0
     else:
-        r2, ldr = _rows(residual)
+        r2, ldr = cpu_linear.rows_of(residual)
         res_out = torch.empty_like(out)
         r_ptr, res_ptr = r2.data_ptr(), res_out.data_ptr()
     rc = fn(x2.data_ptr(), ldx, r_ptr, ldr, norm.weight.data_ptr(), norm.variance_epsilon, out.data_ptr(), res_ptr,
