@@ -4,18 +4,21 @@
  * and links them here. For every target shape and M = 1..maxM the three variants run interleaved,
  * repeat by repeat, on weight copies rotated past the L3 cache (as a decode step streams 540 MB);
  * medians in microseconds and the ratio to M = 1, and whether the outputs are bit-identical (they must
- * be: every variant keeps the same reduction chain per element).
- *     usage: kernel_ab REPEATS MAX_M
+ * be: every variant keeps the same reduction chain per element). With CHAIN = 1 (the default) each
+ * call is told the next copy as the product that follows it, as the route does inside a forward
+ * (its first group of panels is prefetched while this call computes); CHAIN = 0 times calls alone.
+ *     usage: kernel_ab REPEATS MAX_M [CHAIN]
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-typedef void (*lin_t)(const float *, long, const float *, const float *, float *, long, long, long, long);
-void lin_v0(const float *, long, const float *, const float *, float *, long, long, long, long);
-void lin_v1(const float *, long, const float *, const float *, float *, long, long, long, long);
-void lin_v2(const float *, long, const float *, const float *, float *, long, long, long, long);
+typedef void (*lin_t)(const float *, long, const float *, const float *, float *, long, long, long, long, const void *,
+                      long);
+void lin_v0(const float *, long, const float *, const float *, float *, long, long, long, long, const void *, long);
+void lin_v1(const float *, long, const float *, const float *, float *, long, long, long, long, const void *, long);
+void lin_v2(const float *, long, const float *, const float *, float *, long, long, long, long, const void *, long);
 long pk_size_v0(long, long);
 void pack_v0(const float *, long, long, float *); /* the packed layout is the same in every variant */
 
@@ -38,12 +41,14 @@ int main(int argc, char **argv) {
     const char *names[5] = {"qkv", "o", "gate_up", "down", "head"};
     const lin_t variant[3] = {lin_v0, lin_v1, lin_v2};
     int repeats = argc > 1 ? atoi(argv[1]) : 9, max_m = argc > 2 ? atoi(argv[2]) : 8;
+    int chain = argc > 3 ? atoi(argv[3]) : 1;
     if (repeats < 1 || repeats > 64 || max_m < 1 || max_m > 16) {
-        fprintf(stderr, "usage: kernel_ab REPEATS(1-64) MAX_M(1-16)\n");
+        fprintf(stderr, "usage: kernel_ab REPEATS(1-64) MAX_M(1-16) [CHAIN(0|1)]\n");
         return 2;
     }
     for (int si = 0; si < 5; ++si) {
         long K = shapes[si][0], N = shapes[si][1], bytes = pk_size_v0(N, K) * 4;
+        long first_group = 6 * 16 * K * 4 < bytes ? 6 * 16 * K * 4 : bytes; /* as linear.py passes it */
         int copies = (int)((96L << 20) / bytes) + 1; /* together past the 32 MB L3 */
         if (copies < 2) copies = 2;
         float *w = malloc(N * K * 4), *x = malloc(16 * K * 4), *y[3];
@@ -56,7 +61,7 @@ int main(int argc, char **argv) {
         }
         for (int v = 0; v < 3; ++v) y[v] = malloc(16 * N * 4);
         int calls = copies < 8 ? 8 : copies; /* per timing: at least 8 products, each on the next copy */
-        printf("%s K=%ld N=%ld copies=%d\n", names[si], K, N, copies);
+        printf("%s K=%ld N=%ld copies=%d chain=%d\n", names[si], K, N, copies, chain);
         double first[3] = {0};
         long turn = 0;
         for (int M = 1; M <= max_m; ++M) {
@@ -64,7 +69,10 @@ int main(int argc, char **argv) {
             for (int r = 0; r < repeats; ++r)
                 for (int v = 0; v < 3; ++v) {
                     double t0 = now();
-                    for (int i = 0; i < calls; ++i) variant[v](x, K, wp[turn++ % copies], NULL, y[v], N, M, N, K);
+                    for (int i = 0; i < calls; ++i, ++turn) {
+                        const float *next = chain ? wp[(turn + 1) % copies] : NULL;
+                        variant[v](x, K, wp[turn % copies], NULL, y[v], N, M, N, K, next, first_group);
+                    }
                     t[v][r] = (now() - t0) / calls * 1e6;
                 }
             int same = !memcmp(y[0], y[1], M * N * 4) && !memcmp(y[0], y[2], M * N * 4);

@@ -286,3 +286,36 @@ def test_avx512_tiles_give_the_avx2_tiles_bits(k, n):
             assert torch.equal(wide, cpu_linear.run(fn, x[:m], w, b)), (k, n, m)
     finally:
         cpu_linear.avx512_tiles(True)
+
+
+def test_each_product_learns_the_one_that_follows_it():
+    # A forward runs its linears in a fixed order; each weight's plan points the kernel's prefetch at
+    # the weight that ran after it last time, and a new order replaces the old guess.
+    g = torch.Generator().manual_seed(7)
+    a, b, c = (torch.randn(96, 64, generator=g) for _ in range(3))
+    x = torch.randn(8, 64, generator=g)
+    for w in (a, b, c, a):
+        cpu_linear.run(KERNELS["portable"], x, w, None)
+    pa, pb, pc = (cpu_linear.packed(w) for w in (a, b, c))
+    assert (pa.next_ptr, pb.next_ptr, pc.next_ptr) == (pb.ptr, pc.ptr, pa.ptr)
+    assert pa.next_bytes == pb.lead_bytes > 0
+    cpu_linear.run(KERNELS["portable"], x, c, None)  # a is now followed by c
+    assert pa.next_ptr == pc.ptr
+
+
+@pytest.mark.parametrize("route", sorted(KERNELS))
+@pytest.mark.parametrize("m", [1, 5, 6, 9, 16])
+def test_a_wrong_or_unmapped_successor_changes_nothing(route, m):
+    # The successor is only prefetched: a stale pointer (freed memory, an unmapped page) must neither
+    # fault nor change a bit, whatever the row count (the stream runs from 6 rows on).
+    fn = KERNELS[route]
+    g = torch.Generator().manual_seed(m)
+    w, x, bias = torch.randn(200, 96, generator=g), torch.randn(m, 96, generator=g), torch.randn(200, generator=g)
+    plan = cpu_linear.packed(w)
+    want = torch.empty(m, 200)
+    fn(x.data_ptr(), 96, plan.ptr, bias.data_ptr(), want.data_ptr(), 200, m, 200, 96, None, 0)
+    for stale in (4096, 1 << 46, plan.ptr):  # page 1 (never mapped), far beyond any mapping, itself
+        got = torch.empty(m, 200)
+        fn(x.data_ptr(), 96, plan.ptr, bias.data_ptr(), got.data_ptr(), 200, m, 200, 96, stale, 1 << 20)
+        assert torch.equal(got, want), (route, m, stale)
+    assert torch.allclose(want, F.linear(x, w, bias), rtol=1e-5, atol=1e-4)

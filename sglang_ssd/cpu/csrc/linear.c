@@ -14,6 +14,11 @@
  * the same in every tile shape: no horizontal sums, no k tail, no dependence on M.
  *
  * x is [M, K] with row stride ldx (elements, unit column stride); y is [M, N] with row stride ldy.
+ * `next` (may be NULL) is where the weights of the product that usually follows this one start, and
+ * `next_bytes` how much of them to prefetch once this call's own weights are all asked for (see the
+ * prefetch stream below): a forward runs its linears back to back in a fixed order, so the first
+ * group of the next one can arrive while this one computes. A prefetch never faults, so a stale
+ * pointer costs bandwidth, never correctness.
  *
  * Weights come as fp32 or, compiled again by linear_bf16.c with WEIGHT_BF16, as bf16 (uint16 bits):
  * a bf16 weight widens to fp32 exactly (its bits shifted up), so the bf16 build computes the same
@@ -54,7 +59,8 @@ void FN(ssd_pack)(const wt_t *w, long N, long K, wt_t *wp) {
 /* ---- portable route: the same chain per element in plain C (no FMA contraction, see linear.py) ---- */
 
 void FN(ssd_linear_portable)(const float *x, long ldx, const wt_t *wp, const float *b, float *y, long ldy,
-                             long M, long N, long K) {
+                             long M, long N, long K, const void *next, long next_bytes) {
+    (void)next, (void)next_bytes;
     float acc[NR];
     for (long p = 0; p * NR < N; ++p) {
         const wt_t *panel = wp + p * K * NR;
@@ -105,6 +111,15 @@ void FN(ssd_linear_portable)(const float *x, long ldx, const wt_t *wp, const flo
 #define MC 64  /* rows per chunk: their partial sums (MC x PG x 16 floats) sit in a 24 KB scratch */
 #define PG 6   /* panels per group: 1 x 6, 2 x 3, 3 x 2, 6 x 1 and 4 rows x 3 vectors tiles cover it */
 #define LINE 64
+
+#ifndef WEIGHT_BF16
+/* How much of a weight [N, K] of `elt`-byte values the product before it should prefetch for it (its
+ * `next_bytes`): the lead of the weight's own stream, capped at its size. */
+long ssd_lead_bytes(long N, long K, long elt) {
+    long lead = LEAD * PG * K * NR * elt, size = ssd_packed_size(N, K) * elt;
+    return lead < size ? lead : size;
+}
+#endif
 
 /* One register tile: MR input rows x NP consecutive panels (2 * MR * NP accumulators), over all K.
  * The sums start from and go back to the scratch `s` (row stride PG * NR), which the caller zeroes.
@@ -258,10 +273,22 @@ static long first_sub_rows(long t) { return t == 5 ? 3 : t; }
 /* Calls per full group for a sub-tile of r rows: PG / (panels per call), or 4 runs of 3 vectors. */
 static long calls_per_group(long r) { return r == 4 ? 4 : PG / (r == 1 ? 6 : r == 2 ? 3 : r == 3 ? 2 : 1); }
 
-/* The prefetch stream: the next weights to ask for, and where the weights end. */
+/* The prefetch stream: the next weights to ask for and where they end; then the range that follows
+ * (the next product's first weights), taken up once this one is used up. */
 typedef struct {
-    const char *next, *end;
+    const char *next, *end, *then, *then_end;
 } stream_t;
+
+/* Lines for one tile call: at most `share`, from the current range (switching to the following
+ * range when the current one is done). */
+static long stream_take(stream_t *st, long share) {
+    if (st->next >= st->end && st->then) {
+        st->next = st->then, st->end = st->then_end;
+        st->then = NULL;
+    }
+    long lines = (st->end - st->next) / LINE;
+    return lines < share ? lines : share;
+}
 
 #ifndef NO_AVX512
 /* A full group for a row tile of 2-8 rows with the AVX-512 tiles: up to 5 rows in one pass over all 6
@@ -279,8 +306,7 @@ AVX2 static void group_pass512(const float *x, long ldx, const wt_t *wp, long K,
         const float *xm = x + m * ldx;
         float *sm = s + m * PG * NR;
         for (long c = 0; c < (t >= 6 ? 2 : 1); ++c) {
-            long lines = (st->end - st->next) / LINE;
-            lines = lines < share ? lines : share;
+            long lines = stream_take(st, share);
             if (t >= 6)
                 HALF_GROUP[t](xm, ldx, wp + c * 3 * K * NR, K, kn, sm + c * 3 * NR, st->next, lines);
             else
@@ -323,8 +349,7 @@ AVX2 static void group_pass(const float *x, long ldx, const wt_t *wp, long K, lo
             const int vec_tile = full && sr == 4; /* calls run 3 vectors each, not whole panels */
             long n_calls = full ? calls_per_group(sr) : np, per = vec_tile ? 0 : np / n_calls;
             for (long c = 0; c < n_calls; ++c) {
-                long lines = (st->end - st->next) / LINE;
-                lines = lines < share ? lines : share;
+                long lines = stream_take(st, share);
                 const wt_t *wq = wp + c * per * step;
                 float *sm = srow + c * per * NR;
                 if (vec_tile)
@@ -345,7 +370,10 @@ AVX2 static void group_pass(const float *x, long ldx, const wt_t *wp, long K, lo
 
 /* Which tile computes an element never changes its value (see the top of this file). */
 AVX2 void FN(ssd_linear_avx2)(const float *x, long ldx, const wt_t *wp, const float *b, float *y, long ldy,
-                              long M, long N, long K) {
+                              long M, long N, long K, const void *next, long next_bytes) {
+#ifdef NO_NEXT /* for A/B runs (bench/kernel_ab.sh): the stream stops at this product's own weights */
+    next = NULL;
+#endif
     float s[MC * PG * NR];
     const long panels = (N + NR - 1) / NR;
     const char *end = (const char *)(wp + panels * K * NR);
@@ -356,8 +384,10 @@ AVX2 void FN(ssd_linear_avx2)(const float *x, long ldx, const wt_t *wp, const fl
          * stream on top only competes with them (measured 1.3-1.9x slower at M = 1). From 4 rows on
          * the arithmetic is long enough for the stream to hide the read. The AVX-512 tiles read whole
          * groups up to 5 rows, and the stream helps them only from 6 (kernel_ab at M = 4-5: 0.9x). */
-        stream_t st = {(const char *)wp + lead, end};
-        if (st.next > end || rows < (avx512_on() ? PF_MIN_ROWS_512 : PF_MIN_ROWS)) st.next = end;
+        stream_t st = {(const char *)wp + lead, end, next, (const char *)next + (next ? next_bytes : 0)};
+        if (rows < (avx512_on() ? PF_MIN_ROWS_512 : PF_MIN_ROWS)) st.next = end, st.then = NULL;
+        if (st.next > end) st.next = end;
+        if (m0 + MC < M) st.then = NULL; /* only the last chunk of rows hands over to the next product */
         for (long p = 0; p < panels; p += PG) {
             long np = panels - p < PG ? panels - p : PG;
             memset(s, 0, sizeof(float) * (size_t)(rows * PG * NR));
@@ -396,6 +426,7 @@ int ssd_linear_avx512(int on) {
 #endif /* !WEIGHT_BF16 */
 #else
 #ifndef WEIGHT_BF16
+long ssd_lead_bytes(long N, long K, long elt) { return (void)N, (void)K, (void)elt, 0; }
 int ssd_cpu_has_avx2_fma(void) { return 0; }
 int ssd_linear_avx512(int on) {
     (void)on;
@@ -403,7 +434,7 @@ int ssd_linear_avx512(int on) {
 }
 #endif
 void FN(ssd_linear_avx2)(const float *x, long ldx, const wt_t *wp, const float *b, float *y, long ldy, long M,
-                         long N, long K) {
-    FN(ssd_linear_portable)(x, ldx, wp, b, y, ldy, M, N, K);
+                         long N, long K, const void *next, long next_bytes) {
+    FN(ssd_linear_portable)(x, ldx, wp, b, y, ldy, M, N, K, next, next_bytes);
 }
 #endif
