@@ -20,6 +20,7 @@ void lin_v0(const float *, long, const float *, const float *, float *, long, lo
 void lin_v1(const float *, long, const float *, const float *, float *, long, long, long, long, const void *, long);
 void lin_v2(const float *, long, const float *, const float *, float *, long, long, long, long, const void *, long);
 long pk_size_v0(long, long);
+long lead_v0(long, long, long); /* ssd_lead_bytes: how much of a successor the route prefetches */
 void pack_v0(const float *, long, long, float *); /* the packed layout is the same in every variant */
 
 static double now(void) {
@@ -48,7 +49,7 @@ int main(int argc, char **argv) {
     }
     for (int si = 0; si < 5; ++si) {
         long K = shapes[si][0], N = shapes[si][1], bytes = pk_size_v0(N, K) * 4;
-        long first_group = 6 * 16 * K * 4 < bytes ? 6 * 16 * K * 4 : bytes; /* as linear.py passes it */
+        long lead = lead_v0(N, K, 4); /* the successor's share, as linear.py passes it */
         int copies = (int)((96L << 20) / bytes) + 1; /* together past the 32 MB L3 */
         if (copies < 2) copies = 2;
         float *w = malloc(N * K * 4), *x = malloc(16 * K * 4), *y[3];
@@ -71,7 +72,7 @@ int main(int argc, char **argv) {
                     double t0 = now();
                     for (int i = 0; i < calls; ++i, ++turn) {
                         const float *next = chain ? wp[(turn + 1) % copies] : NULL;
-                        variant[v](x, K, wp[turn % copies], NULL, y[v], N, M, N, K, next, first_group);
+                        variant[v](x, K, wp[turn % copies], NULL, y[v], N, M, N, K, next, lead);
                     }
                     t[v][r] = (now() - t0) / calls * 1e6;
                 }

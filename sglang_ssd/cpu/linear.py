@@ -259,7 +259,7 @@ def run(fn, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) ->
     rows = x2.shape[0]
     plan = packed(weight)
     _follows(plan)
-    # sizes as separate ints: torch parses them faster than a tuple (0.9 against 1.6 us)
+    # sizes as separate ints: torch parses them faster than a tuple (this runs for every linear call)
     y = torch.empty(rows, n_out, dtype=_F32) if x.dim() == 2 else torch.empty(*x.shape[:-1], n_out, dtype=_F32)
     fn(x2.data_ptr(), ld, plan.ptr, 0 if bias is None else bias.data_ptr(), y.data_ptr(), n_out, rows, n_out, k,
        plan.next_ptr, plan.next_bytes)  # fmt: skip
