@@ -19,7 +19,7 @@ from .attention import causal_tail_mask
 from .config import ModelConfig
 from .kv_pool import KVPool
 
-NEG = -1.0e30
+NEG = tl.constexpr(-1.0e30)  # a compiled kernel reads only constexpr globals
 
 
 @triton.jit

@@ -95,6 +95,16 @@ def _cuda_ms(fn, repeats: int) -> float:
     return statistics.median(out)
 
 
+def _until_branched(engine: DraftEngine, reqs: list, max_steps: int = 64) -> None:
+    """Work until every request has its tree and one branch step, so the timed step attends to earlier
+    branch tokens. Large batches take several steps: prefill is chunked at ``max_step_tokens``."""
+    for _ in range(max_steps):
+        if all(r.tree is not None and r.tree.steps_done >= 1 for r in reqs):
+            return
+        engine.work_step()
+    raise RuntimeError(f"requests not branched after {max_steps} work steps")
+
+
 def available_backends() -> list[str]:
     """The GPU attention backends importable here (FlashInfer needs its wheel, Triton ships with torch)."""
     out = []
@@ -126,9 +136,8 @@ def timing(device: str = "cuda:0", batches=(1, 4, 16), context: int = 512, repea
                 engine.open(f"r{i}", prompt, 1, DraftParams(temperature=0.0))
             for r in engine.requests.values():
                 r.spec = (r.spec + [1] * 7)[:7]  # a full K-token speculation under verification
-            engine.work_step()  # glue + forks for everyone
             reqs = list(engine.requests.values())
-            engine.work_step()  # one branch step so the timed one attends to earlier branch tokens
+            _until_branched(engine, reqs)
             glue_ms = _cuda_ms(lambda m=model, reqs=reqs: m.forward([glue_span(r) for r in reqs]), repeats)
             tree_ms = _cuda_ms(lambda m=model, reqs=reqs: m.forward([tree_span(r) for r in reqs]), repeats)
             # The same tokens as plain causal rows (no tree mask): what decoding that many costs.

@@ -37,12 +37,15 @@ def test_agreement_harness_on_cpu():
 
 
 def test_timing_harness_on_cpu():
-    """The timing rows `make gpu-check` reports (tree step vs the same tokens without a tree mask)."""
+    """The timing rows `make gpu-check` reports (tree step vs the same tokens without a tree mask).
+
+    At b = 2 the prompts (2 x 2100 tokens) exceed one work step's token cap, so prefill takes two steps:
+    the harness must work until every request has branched (the first GPU run broke here)."""
     from sglang_ssd.tools.gpu_check import timing
 
     tiny = {**SMALL, "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
             "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}  # fmt: skip
-    rows = timing("cpu", batches=(1, 2), context=32, repeats=2, cfg_dict=tiny, backends=[], dtype=torch.float32)
+    rows = timing("cpu", batches=(1, 2), context=2100, repeats=2, cfg_dict=tiny, backends=[], dtype=torch.float32)
     assert [(r["attention"], r["batch"], r["tokens"]) for r in rows] == [("torch", 1, 24), ("torch", 2, 48)]
     assert all(r["tree_step_ms"] > 0 and r["plain_same_tokens_ms"] > 0 and r["glue_ms"] > 0 for r in rows)
 
