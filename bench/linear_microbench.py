@@ -189,7 +189,8 @@ def run(args) -> dict:
         print(f"{name:8s} K={k:5d} N={n:6d}  kernel/bound "
               + " ".join(f"{rows[m]['kernel'] / rows[m]['bound_ms']:.2f}" for m in ms_list)
               + " | kernel(M)/kernel(1) " + " ".join(f"{rows[m]['kernel'] / k1:.2f}" for m in ms_list)
-              + " | kernel/torch " + " ".join(f"{rows[m]['kernel'] / rows[m]['torch']:.2f}" for m in ms_list),
+              + (" | kernel/torch " + " ".join(f"{rows[m]['kernel'] / rows[m]['torch']:.2f}" for m in ms_list)
+                 if "torch" in rows[1] else ""),
               flush=True)  # fmt: skip
     out["loadavg_end"] = list(os.getloadavg())
     out["checks"] = checks(out, ms_list)
@@ -203,7 +204,8 @@ def checks(out: dict, ms_list: list[int]) -> dict:
         r = s["by_m"]
         res[name] = {
             "worst_kernel_over_bound": round(max(r[m]["kernel"] / r[m]["bound_ms"] for m in ms_list), 3),
-            "worst_kernel_over_torch": round(max(r[m]["kernel"] / r[m]["torch"] for m in ms_list), 3),
+            "worst_kernel_over_torch": round(max(r[m]["kernel"] / r[m]["torch"] for m in ms_list), 3)
+            if "torch" in r[1] else None,
             "worst_m_le_4_over_m1": round(max(r[m]["kernel"] / r[1]["kernel"] for m in ms_list if m <= 4), 3),
         }
     return res
@@ -236,7 +238,8 @@ def markdown(out: dict) -> str:
         for m, v in by_m.items():
             cells = [f"{v[c]:.3f}" if c in v else "–" for c in cols]
             lines.append(f"| {m} | " + " | ".join(cells)
-                         + f" | {v['kernel'] / v['bound_ms']:.2f} | {v['kernel'] / v['torch']:.2f} |")  # fmt: skip
+                         + f" | {v['kernel'] / v['bound_ms']:.2f} | "
+                         + (f"{v['kernel'] / v['torch']:.2f} |" if "torch" in v else "– |"))  # fmt: skip
         lines.append("")
     lines.append("| shape | worst kernel / bound | worst kernel / torch | worst cost(M ≤ 4) / cost(1) |")
     lines.append("|---|---|---|---|")

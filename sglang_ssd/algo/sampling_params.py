@@ -195,6 +195,8 @@ def process_logits(
     applied to them is the greedy rule.
     """
     z = mask_logits(logits, allowed_mask)
+    if bool(sampling.greedy.all()):  # T = 0 batches: the point masses alone (softmax and filters unused)
+        return torch.zeros_like(z).scatter_(-1, z.argmax(-1, keepdim=True), 1.0)
     greedy = _rows(sampling.greedy, z)
     temp = torch.where(greedy, 1.0, _rows(sampling.temperature, z).clamp_min(GREEDY_EPS))
     probs = torch.softmax(z / temp, dim=-1)

@@ -157,6 +157,26 @@ def test_sglang_off_values_are_plain_softmax_and_greedy_via_top_k_1():
     assert torch.equal(got[2], torch.nn.functional.one_hot(logits[2].argmax(-1), V).float())
 
 
+def test_an_all_greedy_batch_takes_the_short_path_to_the_same_point_masses():
+    """A batch of greedy rows only (T = 0 serving) skips softmax and filters: the same point masses as
+    those rows get inside a mixed batch, under a grammar mask too, at every position."""
+    g = torch.Generator().manual_seed(8)
+    logits = torch.randn(3, 5, V, generator=g)
+    allowed = torch.rand(3, V, generator=g) < 0.3
+    greedy = SamplingBatch(temperature=torch.tensor([0.0, 1.0, 0.0]), top_k=torch.tensor([1 << 30, 1, 7]),
+                           top_p=torch.tensor([1.0, 0.9, 1.0]), min_p=torch.zeros(3))  # fmt: skip
+    mixed = SamplingBatch(temperature=torch.tensor([0.0, 1.0, 0.0, 0.7]), top_k=torch.tensor([1 << 30, 1, 7, 5]),
+                          top_p=torch.tensor([1.0, 0.9, 1.0, 0.8]), min_p=torch.zeros(4))  # fmt: skip
+    assert bool(greedy.greedy.all()) and not bool(mixed.greedy.all())
+    for mask in (None, allowed):
+        short = process_logits(logits, greedy, mask)
+        mask4 = None if mask is None else torch.cat([mask, mask[:1]])
+        long = process_logits(torch.cat([logits, logits[:1]]), mixed, mask4)[:3]
+        assert short.dtype == torch.float32 and torch.equal(short, long)
+        z = logits if mask is None else logits.masked_fill(~mask[:, None], float("-inf"))
+        assert torch.equal(short, torch.nn.functional.one_hot(z.argmax(-1), V).float())
+
+
 def full_sort_filter(probs, top_k, top_p, min_p):
     """The joint filter by a full stable sort of every row (the plain definition)."""
     vocab = probs.shape[-1]
