@@ -33,7 +33,7 @@ from .probs import (
     draw_uniforms,
     sample_from_weights,
 )
-from .sampling_params import SamplingBatch, process_logits
+from .sampling_params import SamplingBatch, mask_logits, process_logits
 
 Proposal = torch.Tensor | SparseProbs | None
 Backend = Literal["auto", "torch", "flashinfer", "triton"]
@@ -102,6 +102,11 @@ def verify_chain(
             raise ValueError("allowed_mask has a row that allows no token")
     if check:
         sampling.validate(batch)
+    if bool(sampling.greedy.all()):  # T = 0 batches: the argmax rule on the logits, no distributions
+        _check_chain(target_logits, draft_tokens, draft_probs, None, deterministic, num_draft, uniforms,
+                     check=check, target_checked=True)  # fmt: skip
+        best = mask_logits(target_logits, allowed_mask).argmax(-1)
+        return _greedy_chain(best, draft_tokens, num_draft)
     target_probs = process_logits(target_logits, sampling, allowed_mask)
     return verify_chain_probs(
         target_probs,
@@ -167,6 +172,8 @@ def verify_chain_probs(
             raise ValueError(
                 "backend='flashinfer' needs flashinfer importable, one generator at most, and no uniforms"
             )
+    if greedy is not None and bool(greedy.all()):  # T = 0 batches: the argmax rule alone, no coins
+        return _greedy_chain(target_probs.argmax(-1), draft_tokens, num_draft)
     if kernel is not None:
         result = _chain_flashinfer(
             kernel, target_probs, draft_tokens, draft_probs, deterministic, num_draft, generator
@@ -183,7 +190,7 @@ def verify_chain_probs(
         else:
             result = _chain_torch(target_probs, draft_tokens, draft_probs, deterministic, num_draft, uniforms)
     if greedy is not None and bool(greedy.any()):
-        result = _merge(greedy, _chain_greedy(target_probs, draft_tokens, num_draft), result)
+        result = _merge(greedy, _greedy_chain(target_probs.argmax(-1), draft_tokens, num_draft), result)
     return result
 
 
@@ -248,8 +255,8 @@ def _chain_torch(p, draft_tokens, q, deterministic, num_draft, u) -> ChainVerify
     return _emitted(draft_tokens, k, bonus)
 
 
-def _chain_greedy(p, draft_tokens, num_draft) -> ChainVerifyResult:
-    best = p.argmax(-1)  # [B, K+1]
+def _greedy_chain(best, draft_tokens, num_draft) -> ChainVerifyResult:
+    """The greedy rule from the target's argmax at every position, ``best [B, K+1]``."""
     k = _accept_len(draft_tokens.long() == best[:, :-1], num_draft)
     return _emitted(draft_tokens, k, best.gather(1, k[:, None]).squeeze(1))
 

@@ -28,6 +28,25 @@ def test_greedy_accepts_while_argmax_and_bonus_is_argmax():
     assert r.bonus.tolist() == [2, 0] and r.num_emitted.tolist() == [4, 2]
 
 
+def test_an_all_greedy_batch_matches_its_rows_inside_a_mixed_batch():
+    """All-greedy batches skip the sampled rule (no coins drawn): same accept lengths, tokens and
+    bonus as the same rows verified next to a sampled row, with and without shorter chains."""
+    g = torch.Generator().manual_seed(3)
+    B, K = 6, 4
+    logits = torch.randn(B, K + 1, V, generator=g)
+    drafts = torch.where(torch.rand(B, K, generator=g) < 0.6, logits[:, :K].argmax(-1),
+                         torch.randint(0, V, (B, K), generator=g))  # fmt: skip
+    q = torch.softmax(torch.randn(B + 1, K, V, generator=g), -1)
+    temps = torch.tensor([0.0] * B + [0.8])
+    for num in (None, torch.tensor([4, 3, 0, 2, 4, 1])):
+        alone = verify_chain(logits, drafts, q[:B], SamplingBatch.make(B, 0.0), num_draft=num)
+        mixed = verify_chain(torch.cat([logits, logits[:1]]), torch.cat([drafts, drafts[:1]]), q,
+                             SamplingBatch(temperature=temps), num_draft=None if num is None else torch.cat([num, num[:1]]),
+                             generator=torch.Generator().manual_seed(4))  # fmt: skip
+        assert torch.equal(alone.accept_len, mixed.accept_len[:B]) and torch.equal(alone.tokens, mixed.tokens[:B])
+        assert torch.equal(alone.bonus, mixed.bonus[:B]) and alone.accept_len.sum() > 0
+
+
 def test_forced_coins_accept_everything_the_target_allows():
     """u = 0 accepts every token with p > 0; a token the grammar forbids is rejected and never emitted."""
     B, K = 3, 3
