@@ -7,7 +7,14 @@ import functools
 import pytest
 import torch
 
-from sglang_ssd.algo import SamplingBatch, SparseProbs, cascade, verify_chain, verify_chain_probs
+from sglang_ssd.algo import (
+    SamplingBatch,
+    SparseProbs,
+    cascade,
+    process_logits,
+    verify_chain,
+    verify_chain_probs,
+)
 from sglang_ssd.algo import verify as verify_mod
 
 from ._cases import Case
@@ -45,6 +52,10 @@ def test_an_all_greedy_batch_matches_its_rows_inside_a_mixed_batch():
                              generator=torch.Generator().manual_seed(4))  # fmt: skip
         assert torch.equal(alone.accept_len, mixed.accept_len[:B]) and torch.equal(alone.tokens, mixed.tokens[:B])
         assert torch.equal(alone.bonus, mixed.bonus[:B]) and alone.accept_len.sum() > 0
+        # the probabilities entry point (used by the cascade) takes the same short path
+        greedy = SamplingBatch.make(B, 0.0)
+        probs = verify_chain_probs(process_logits(logits, greedy), drafts, q[:B], greedy=greedy.greedy, num_draft=num)
+        assert torch.equal(probs.tokens, alone.tokens) and torch.equal(probs.accept_len, alone.accept_len)
 
 
 def test_forced_coins_accept_everything_the_target_allows():
