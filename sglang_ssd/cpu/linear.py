@@ -17,8 +17,12 @@ goes to torch, so the route is always safe to call. A bf16 weight is widened to 
 kernel: the result is the fp32 kernel's on the widened weight, bit for bit, for half the bytes read.
 ``compact`` stores a weight as bf16 where that loses nothing (the draft's weights are trained and
 shipped in bf16), which is how the draft runner halves its weight stream. Bit-identity between a decode step and a verify step
-therefore holds while both batches have at most ``MAX_ROWS`` rows (e.g. 12 requests x 5 tokens). The shared library is compiled by ``make install``
-(``python -m sglang_ssd.cpu.linear --build``) or, failing that, on first use with gcc.
+therefore holds while both batches have at most ``MAX_ROWS`` rows (e.g. 12 requests x 5 tokens).
+
+The shared library (gcc) and the compiled entry that calls it (``csrc/entry.cpp``, g++ against this
+torch's headers) are built by ``make install`` (``python -m sglang_ssd.cpu.linear --build``) or,
+failing that, on first use. Without the entry the kernel is called through ctypes: same bits, about
+5 us more a call.
 """
 
 from __future__ import annotations
@@ -47,6 +51,9 @@ MAX_ROWS = 64
 _SOURCES = tuple(Path(__file__).with_name("csrc") / name
                  for name in ("linear.c", "linear_bf16.c", "attention.c", "rope.c", "rmsnorm.c"))  # fmt: skip
 _BUILD_DIR = Path(__file__).with_name("_build")
+# The compiled entry (`csrc/entry.cpp`): the same checks and call without Python in between.
+_ENTRY_SOURCE = Path(__file__).with_name("csrc") / "entry.cpp"
+_ENTRY_NAME = "ssd_entry"
 # -ffp-contract=off: the portable route must not have its multiply-adds fused behind our back, or
 # its order of rounding would depend on the compiler's mood.
 _CFLAGS = ["-O3", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno"]
@@ -79,6 +86,71 @@ def build(quiet: bool = False) -> Path:
         if stale != out:
             stale.unlink(missing_ok=True)
     return out
+
+
+def _entry_command(out: Path) -> list[str]:
+    """The C++ compile of the entry against this interpreter's torch (what torch's extension builder
+    runs, without its ninja dependency)."""
+    import sysconfig
+
+    from torch.utils import cpp_extension
+
+    includes = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
+    libs = cpp_extension.library_paths()
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    return [os.environ.get("CXX", "g++"), "-O2", "-fPIC", "-shared", "-std=c++20", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+            f"-DTORCH_EXTENSION_NAME={_ENTRY_NAME}", "-DTORCH_API_INCLUDE_EXTENSION_H", "-w",
+            *(f"-I{d}" for d in includes), str(_ENTRY_SOURCE), "-o", str(out),
+            *(f"-L{d}" for d in libs), *(f"-Wl,-rpath,{d}" for d in libs),
+            "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]  # fmt: skip
+
+
+def entry_path() -> Path:
+    """Where the compiled entry lives: keyed by its source, torch and Python, so any of them changing
+    forces a rebuild."""
+    import sysconfig
+
+    tag = f"{torch.__version__} {sysconfig.get_config_var('EXT_SUFFIX')}".encode()
+    digest = hashlib.sha256(_ENTRY_SOURCE.read_bytes() + tag).hexdigest()[:12]
+    return _BUILD_DIR / f"{_ENTRY_NAME}-{digest}.so"
+
+
+def build_entry(quiet: bool = False) -> Path:
+    """Compile the entry (about 30 s with g++; `make install` does it). Returns its path."""
+    out = entry_path()
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+    if not quiet:
+        print("sglang_ssd: compiling the CPU linear entry (once, about 30 s)", file=sys.stderr, flush=True)
+    subprocess.run(_entry_command(tmp), check=True, capture_output=True, text=True)
+    tmp.replace(out)
+    for stale in out.parent.glob(f"{_ENTRY_NAME}-*.so"):
+        if stale != out:
+            stale.unlink(missing_ok=True)
+    return out
+
+
+def _entry():
+    """The compiled entry module, built if needed and loaded once per process; None if it cannot be
+    (the route then runs through ctypes: same kernel, same bits, about 5 us more a call)."""
+    if "entry" in _state:
+        return _state["entry"]
+    module = None
+    try:
+        import importlib.util
+
+        path = build_entry()
+        spec = importlib.util.spec_from_file_location(_ENTRY_NAME, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except (OSError, ImportError, subprocess.CalledProcessError) as exc:
+        detail = (getattr(exc, "stderr", None) or "").strip()[-500:]
+        print(f"sglang_ssd: compiled CPU linear entry unavailable ({exc} {detail}); calling the kernel "
+              "through ctypes", file=sys.stderr, flush=True)  # fmt: skip
+    _state["entry"] = module
+    return module
 
 
 def _library() -> ctypes.CDLL | None:
@@ -140,12 +212,26 @@ def _resolve() -> tuple[str, object | None]:
         route = "avx2" if wanted == "auto" and "avx2" in fns else "portable" if fns else "torch"
         _state["fn_bf16"] = kernels(bf16=True).get(route) if fns else None
         _state["route"], _state["fn"] = route, fns.get(route)
+        _hand_to_entry()
         # stderr, not logging: SGLang's processes show only their own loggers, and which route
         # served a run must be visible in its log (benchmarks compare the two).
         tiles = " with AVX-512 tiles" if route == "avx2" and avx512_tiles() else ""
+        tiles += ", compiled entry" if _state.get("fast") is not None else ", ctypes entry" if fns else ""
         print(f"sglang_ssd: CPU linear route: {route}{tiles} ({ENV}={wanted}, pid {os.getpid()})", file=sys.stderr,
               flush=True)  # fmt: skip
         return route, _state["fn"]
+
+
+def _address(fn) -> int:
+    return 0 if fn is None else ctypes.cast(fn, ctypes.c_void_p).value
+
+
+def _hand_to_entry() -> None:
+    """Give the compiled entry the kernels ``linear`` runs now (none on the torch route)."""
+    entry = _entry() if _state["fn"] is not None else _state.get("entry")
+    if entry is not None:
+        entry.set_kernels(_address(_state["fn"]), _address(_state["fn_bf16"]), MAX_ROWS)
+    _state["fast"] = entry.linear if entry is not None and _state["fn"] is not None else None
 
 
 def route() -> str:
@@ -158,7 +244,8 @@ def describe() -> str:
     if r == "torch":
         return "torch F.linear (kernel off)"
     tiles = " (AVX-512 tiles from 2 rows)" if r == "avx2" and avx512_tiles() else ""
-    return f"sglang_ssd {r} kernel{tiles} for fp32 rows <= {MAX_ROWS} at 1 thread, torch otherwise"
+    entry = "compiled entry" if _entry() is not None else "ctypes entry"
+    return f"sglang_ssd {r} kernel{tiles}, {entry}, for fp32 rows <= {MAX_ROWS} at 1 thread, torch otherwise"
 
 
 def compact(weight: torch.Tensor) -> torch.Tensor:
@@ -188,10 +275,20 @@ def avx512_tiles(on: bool | None = None) -> bool:
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear(x, weight, bias)``; through the kernel when the route and the inputs allow.
 
-    This sits on every layer of every step, so the checks are ordered cheapest-first and the common
-    case (fp32 rows on the CPU, no autograd) costs about what torch's own dispatch does. Tensors off
-    the CPU return before the route is even decided: a GPU run never builds or loads the kernel.
+    This sits on every layer of every step. A weight that has been packed goes straight to the
+    compiled entry (``csrc/entry.cpp``: about 1 us a call against 5 us through Python and ctypes),
+    which makes the checks below and runs the kernel, or hands the call back. Everything else takes
+    the Python checks, ordered cheapest-first. Tensors off the CPU are never packed and return before
+    the route is even decided: a GPU run never builds or loads the kernel.
     """
+    fast = _state.get("fast")
+    if fast is not None:
+        plan = getattr(weight, "_ssd_packed", None)
+        if plan is not None:
+            y = fast(x, weight, bias, plan.meta)
+            if y is not None:
+                return y
+    # Everything else: the first call of a weight, calls the kernel does not take, and no compiled entry.
     if not x.is_cpu:
         return F.linear(x, weight, bias)
     if x.dtype is not _F32 or (weight.dtype is not _F32 and weight.dtype is not _BF16):
@@ -277,11 +374,25 @@ class Packed:
     even on memory that has since been freed.
     """
 
-    __slots__ = ("key", "wp", "ptr", "lead_bytes", "next_ptr", "next_bytes")
+    __slots__ = ("key", "wp", "ptr", "lead_bytes", "meta", "_view")
 
     def __init__(self, key: tuple, wp: torch.Tensor, lead_bytes: int):
         self.key, self.wp, self.ptr, self.lead_bytes = key, wp, wp.data_ptr(), lead_bytes
-        self.next_ptr, self.next_bytes = None, 0
+        # What the compiled entry reads and updates (layout in csrc/entry.cpp); the successor lives
+        # only here, so both entries keep one chain.
+        self.meta = torch.tensor([*key, self.ptr, lead_bytes, 0, 0], dtype=torch.int64)
+        self._view = self.meta.numpy()
+
+    @property
+    def next_ptr(self) -> int:
+        return int(self._view[4])
+
+    @property
+    def next_bytes(self) -> int:
+        return int(self._view[5])
+
+    def set_next(self, ptr: int, nbytes: int) -> None:
+        self._view[4], self._view[5] = ptr, nbytes
 
 
 _chain = threading.local()  # per thread: the Packed of the product this thread ran last
@@ -289,9 +400,13 @@ _chain = threading.local()  # per thread: the Packed of the product this thread 
 
 def _follows(plan: Packed) -> None:
     """Record ``plan`` as the successor of the product this thread ran before it."""
+    entry = _state.get("entry")
+    if entry is not None:  # its chain, so that calls through either entry keep one order
+        entry.follows(plan.meta)
+        return
     prev = getattr(_chain, "last", None)
     if prev is not None and prev.next_ptr != plan.ptr:
-        prev.next_ptr, prev.next_bytes = plan.ptr, plan.lead_bytes
+        prev.set_next(plan.ptr, plan.lead_bytes)
     _chain.last = plan
 
 
@@ -394,10 +509,12 @@ def use_route(name: str):
     _resolve()
     saved = _state["fn"], _state["fn_bf16"]
     _state["fn"], _state["fn_bf16"] = (None, None) if name == "torch" else (kernels()[name], kernels(True)[name])
+    _hand_to_entry()
     try:
         yield
     finally:
         _state["fn"], _state["fn_bf16"] = saved
+        _hand_to_entry()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -409,9 +526,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.build:
         try:
             print(f"sglang_ssd: CPU linear kernel built: {build()}")
+            print(f"sglang_ssd: CPU linear entry built: {build_entry()}")
         except (OSError, subprocess.CalledProcessError) as exc:
-            # Not fatal: every call then goes to torch, and the log says so.
-            print(f"sglang_ssd: CPU linear kernel not built ({exc}); torch will be used", file=sys.stderr)
+            # Not fatal: without the kernel every call goes to torch, without the entry through
+            # ctypes; the log says which.
+            detail = (getattr(exc, "stderr", None) or "").strip()[-500:]
+            print(f"sglang_ssd: CPU linear kernel or entry not built ({exc} {detail})", file=sys.stderr)
     print(f"sglang_ssd: CPU linear route: {describe()}")
     return 0
 

@@ -7,6 +7,7 @@ row sits. Both C routes (AVX2+FMA where the CPU has it, and the portable one) ar
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -37,6 +38,45 @@ def one_thread():
 def test_the_kernel_builds_here():
     # gcc is on every machine this project supports; a missing kernel would silently mean torch.
     assert "portable" in KERNELS
+
+
+def test_the_compiled_entry_builds_here_and_is_named():
+    # g++ and torch's headers are there too; without the entry every call pays ~5 us of Python and ctypes.
+    assert cpu_linear._entry() is not None
+    if cpu_linear.route() != "torch":
+        assert "compiled entry" in cpu_linear.describe()
+
+
+@contextlib.contextmanager
+def ctypes_entry():
+    """Within the block, ``linear`` takes the Python checks and calls the kernel through ctypes."""
+    saved = cpu_linear._state.get("fast")
+    cpu_linear._state["fast"] = None
+    try:
+        yield
+    finally:
+        cpu_linear._state["fast"] = saved
+
+
+@pytest.mark.parametrize("route", sorted(KERNELS))
+@pytest.mark.parametrize("k,n", [(576, 960), (1029, 13), (77, 33), (64, 130)])
+def test_the_compiled_entry_gives_the_ctypes_entrys_bits(route, k, n):
+    # Same kernel behind both entries: every row count, bias or none, strided and 3-d rows, bf16 weights.
+    g = torch.Generator().manual_seed(k + 3 * n)
+    w, b = torch.randn(n, k, generator=g), torch.randn(n, generator=g)
+    half = w.bfloat16()
+    wide = torch.randn(3, 40, k + 5, generator=g)
+    with cpu_linear.use_route(route):
+        assert cpu_linear._state["fast"] is not None
+        for weight in (w, half):
+            cpu_linear.linear(wide[0, :1, :k], weight)  # packs it: later calls take the compiled entry
+            for m in (1, 2, 5, 8, 9, 16, 17, 40):
+                for x, bias in ((wide[0, :m, :k], b), (wide[:, : max(1, m // 3), 2 : k + 2], None)):
+                    got = cpu_linear.linear(x, weight, bias)
+                    with ctypes_entry():
+                        want = cpu_linear.linear(x, weight, bias)
+                    assert got.shape == want.shape == (*x.shape[:-1], n)
+                    assert torch.equal(got, want), (route, weight.dtype, m, x.shape)
 
 
 @pytest.mark.parametrize("route", sorted(KERNELS))
@@ -97,7 +137,8 @@ def test_linear_uses_the_kernel_for_small_fp32_batches():
     "case",
     ["bf16", "grad", "bias_grad", "many_rows", "threads", "broadcast_bias", "meta"],
 )
-def test_everything_else_falls_back_to_torch_exactly(case):
+@pytest.mark.parametrize("packed_first", [False, True])
+def test_everything_else_falls_back_to_torch_exactly(case, packed_first):
     g = torch.Generator().manual_seed(4)
     w = torch.randn(16, 24, generator=g)
     x = torch.randn(3, 24, generator=g)
@@ -110,12 +151,16 @@ def test_everything_else_falls_back_to_torch_exactly(case):
         b = torch.randn(16, generator=g, requires_grad=True)
     elif case == "many_rows":
         x = torch.randn(cpu_linear.MAX_ROWS + 1, 24, generator=g)
-    elif case == "threads":
-        torch.set_num_threads(2)
     elif case == "broadcast_bias":  # torch broadcasts a 1-element bias; the kernel would read past it
         b = torch.randn(1, generator=g)
     elif case == "meta":
         x, w = x.to("meta"), w.to("meta")
+    if packed_first and case != "meta":  # packed: the compiled entry must hand each call back, not run it
+        with torch.no_grad():
+            cpu_linear.linear(torch.randn(2, 24, generator=g), w)
+        assert cpu_linear.route() == "torch" or w._ssd_packed is not None
+    if case == "threads":
+        torch.set_num_threads(2)
     with torch.set_grad_enabled(case in ("grad", "bias_grad")):
         got = cpu_linear.linear(x, w, b)
         ref = F.linear(x, w, b)
@@ -288,19 +333,28 @@ def test_avx512_tiles_give_the_avx2_tiles_bits(k, n):
         cpu_linear.avx512_tiles(True)
 
 
-def test_each_product_learns_the_one_that_follows_it():
+@pytest.mark.parametrize("entry", ["compiled", "ctypes"])
+def test_each_product_learns_the_one_that_follows_it(entry, monkeypatch):
     # A forward runs its linears in a fixed order; each weight's plan points the kernel's prefetch at
-    # the weight that ran after it last time, and a new order replaces the old guess.
+    # the weight that ran after it last time, and a new order replaces the old guess. Both entries
+    # keep that chain (a weight's first call always goes through Python, later ones through C++).
+    cpu_linear.route()
+    monkeypatch.setitem(cpu_linear._state, "fast", cpu_linear._state["fast"])  # restored afterwards
+    if entry == "ctypes":
+        monkeypatch.setitem(cpu_linear._state, "entry", None)
     g = torch.Generator().manual_seed(7)
     a, b, c = (torch.randn(96, 64, generator=g) for _ in range(3))
     x = torch.randn(8, 64, generator=g)
-    for w in (a, b, c, a):
-        cpu_linear.run(KERNELS["portable"], x, w, None)
-    pa, pb, pc = (cpu_linear.packed(w) for w in (a, b, c))
-    assert (pa.next_ptr, pb.next_ptr, pc.next_ptr) == (pb.ptr, pc.ptr, pa.ptr)
-    assert pa.next_bytes == pb.lead_bytes > 0
-    cpu_linear.run(KERNELS["portable"], x, c, None)  # a is now followed by c
-    assert pa.next_ptr == pc.ptr
+    with cpu_linear.use_route("portable"):
+        assert (cpu_linear._state["fast"] is None) == (entry == "ctypes")
+        for w in (a, b, c, a, b):
+            cpu_linear.linear(x, w)
+        pa, pb, pc = (cpu_linear.packed(w) for w in (a, b, c))
+        assert (pa.next_ptr, pb.next_ptr, pc.next_ptr) == (pb.ptr, pc.ptr, pa.ptr)
+        assert pa.next_bytes == pb.lead_bytes > 0
+        cpu_linear.linear(x, a)
+        cpu_linear.linear(x, c)  # b is now followed by a, a by c
+        assert (pb.next_ptr, pa.next_ptr) == (pa.ptr, pc.ptr)
 
 
 @pytest.mark.parametrize("route", sorted(KERNELS))
