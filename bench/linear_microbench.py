@@ -7,7 +7,9 @@ one fp32 product y = x W^T on one thread, by each route:
 - ``onednn``: torch's prepacked oneDNN linear (``torch.utils.mkldnn.to_mkldnn`` on an ``nn.Linear``);
 - ``compile``: ``torch.compile`` with Inductor's C++ GEMM template (only with ``--compile``, at a few M:
   each shape and M is its own compilation);
-- ``kernel``: this project's route (``sglang_ssd.cpu.linear``, the AVX2 kernel where the CPU has it).
+- ``kernel``: this project's route (``sglang_ssd.cpu.linear``, the AVX2 kernel where the CPU has it);
+- ``ctypes``: the same kernel called through Python and ctypes instead of the compiled entry (what a
+  machine without g++ and torch's headers gets; the difference is the per-call overhead).
 
 The roofline: streaming read bandwidth B and FMA throughput P of one core, measured here
 (``bench/csrc/roofline.c``), and per shape the bound max(4·N·K / B, M·N·K / P). The memory side is
@@ -102,6 +104,13 @@ def make_routes(names: list[str], ws: list[torch.Tensor], lib) -> dict:
         routes["torch"] = lambda x: [F.linear(x, w) for w in ws]
     if "kernel" in names:
         routes["kernel"] = lambda x: [cpu_linear.linear(x, w) for w in ws]
+    if "ctypes" in names:  # the same kernel called through Python and ctypes, not the compiled entry
+
+        def through_ctypes(x):
+            with cpu_linear.ctypes_entry():
+                return [cpu_linear.linear(x, w) for w in ws]
+
+        routes["ctypes"] = through_ctypes
     if "openblas" in names:
         wts = [w.numpy().T for w in ws]
         routes["openblas"] = lambda x: [x.numpy() @ wt for wt in wts]
@@ -190,7 +199,9 @@ def run(args) -> dict:
               + " ".join(f"{rows[m]['kernel'] / rows[m]['bound_ms']:.2f}" for m in ms_list)
               + " | kernel(M)/kernel(1) " + " ".join(f"{rows[m]['kernel'] / k1:.2f}" for m in ms_list)
               + (" | kernel/torch " + " ".join(f"{rows[m]['kernel'] / rows[m]['torch']:.2f}" for m in ms_list)
-                 if "torch" in rows[1] else ""),
+                 if "torch" in rows[1] else "")
+              + (" | ctypes/kernel " + " ".join(f"{rows[m]['ctypes'] / rows[m]['kernel']:.2f}" for m in ms_list)
+                 if "ctypes" in rows[1] else ""),
               flush=True)  # fmt: skip
     out["loadavg_end"] = list(os.getloadavg())
     out["checks"] = checks(out, ms_list)
@@ -228,7 +239,7 @@ def markdown(out: dict) -> str:
     ]
     for name, s in out["shapes"].items():
         by_m = s["by_m"]
-        cols = ["read", "bound_ms", "kernel", "torch", "openblas", "onednn"] + (
+        cols = [c for c in ("read", "bound_ms", "kernel", "ctypes", "torch", "openblas", "onednn") if c in by_m[1]] + (
             ["compile"] if any("compile" in v for v in by_m.values()) else []
         )
         lines.append(f"**{name}** (K = {s['K']}, N = {s['N']})")
@@ -261,7 +272,7 @@ def main() -> int:
                     help="thread = this thread's CPU time: on a shared machine it leaves out time the "
                     "thread was not running (not memory contention)")  # fmt: skip
     ap.add_argument("--shapes", default="", help="comma-separated subset of qkv,o,gate_up,down,head")
-    ap.add_argument("--routes", default="torch,openblas,onednn,kernel")
+    ap.add_argument("--routes", default="torch,openblas,onednn,kernel,ctypes")
     args = ap.parse_args()
     global clock
     clock = CLOCKS[args.clock]

@@ -517,6 +517,19 @@ def use_route(name: str):
         _hand_to_entry()
 
 
+@contextlib.contextmanager
+def ctypes_entry():
+    """Within the block, ``linear`` calls the kernel through Python and ctypes even where the compiled
+    entry is built (a benchmark compares the two; both run the same kernel, bit for bit)."""
+    _resolve()
+    saved = _state["fast"]
+    _state["fast"] = None
+    try:
+        yield
+    finally:
+        _state["fast"] = saved
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 

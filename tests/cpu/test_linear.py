@@ -7,7 +7,6 @@ row sits. Both C routes (AVX2+FMA where the CPU has it, and the portable one) ar
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
@@ -47,17 +46,6 @@ def test_the_compiled_entry_builds_here_and_is_named():
         assert "compiled entry" in cpu_linear.describe()
 
 
-@contextlib.contextmanager
-def ctypes_entry():
-    """Within the block, ``linear`` takes the Python checks and calls the kernel through ctypes."""
-    saved = cpu_linear._state.get("fast")
-    cpu_linear._state["fast"] = None
-    try:
-        yield
-    finally:
-        cpu_linear._state["fast"] = saved
-
-
 @pytest.mark.parametrize("route", sorted(KERNELS))
 @pytest.mark.parametrize("k,n", [(576, 960), (1029, 13), (77, 33), (64, 130)])
 def test_the_compiled_entry_gives_the_ctypes_entrys_bits(route, k, n):
@@ -73,7 +61,7 @@ def test_the_compiled_entry_gives_the_ctypes_entrys_bits(route, k, n):
             for m in (1, 2, 5, 8, 9, 16, 17, 40):
                 for x, bias in ((wide[0, :m, :k], b), (wide[:, : max(1, m // 3), 2 : k + 2], None)):
                     got = cpu_linear.linear(x, weight, bias)
-                    with ctypes_entry():
+                    with cpu_linear.ctypes_entry():
                         want = cpu_linear.linear(x, weight, bias)
                     assert got.shape == want.shape == (*x.shape[:-1], n)
                     assert torch.equal(got, want), (route, weight.dtype, m, x.shape)
