@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +60,11 @@ class SSDStats:
     hit_rounds: int = 0
     hit_link_s: float = 0.0
     hit_verify_s: float = 0.0
+    # Forward time by the round's chain width d (index d; K + 1 for full chains, 1 for a plain step).
+    # A fixed-K verify step is judged on its full-width rounds: the mean over all rounds mixes in the
+    # misses' shorter backup chains and plain steps.
+    width_rounds: list[int] = field(default_factory=list)
+    width_verify_s: list[float] = field(default_factory=list)
 
     def record_round(self, *, num_draft: list[int], accepted: list[int], verify_s: float, link_s: float,
                      total_s: float, open_s: float = 0.0, math_s: float = 0.0, all_hits: bool = False) -> None:
@@ -77,6 +82,13 @@ class SSDStats:
             self.hit_verify_s += verify_s
         self.math_s += math_s
         self.total_s += total_s
+        width = max(num_draft, default=0) + 1
+        missing = width + 1 - len(self.width_rounds)
+        if missing > 0:
+            self.width_rounds += [0] * missing
+            self.width_verify_s += [0.0] * missing
+        self.width_rounds[width] += 1
+        self.width_verify_s[width] += verify_s
 
     def summary(self) -> dict:
         r = max(self.rounds, 1)
@@ -102,7 +114,8 @@ def snapshot(*, draft_servers: bool = False) -> dict:
                    ssd_verify_s=w.stats.verify_s, ssd_link_s=w.stats.link_s,
                    ssd_open_s=w.stats.open_s, ssd_math_s=w.stats.math_s, ssd_total_s=w.stats.total_s,
                    ssd_hit_rounds=w.stats.hit_rounds, ssd_hit_link_s=w.stats.hit_link_s,
-                   ssd_hit_verify_s=w.stats.hit_verify_s)
+                   ssd_hit_verify_s=w.stats.hit_verify_s, ssd_width_rounds=list(w.stats.width_rounds),
+                   ssd_width_verify_s=list(w.stats.width_verify_s))
         out["ssd_rounds"] = w.stats.rounds  # worker rounds (verify steps)
         out["ssd_k"] = w.k
         out["ssd_budget"] = w.config.budget

@@ -85,3 +85,29 @@ def test_a_code_b_configuration_is_compared_with_the_same_configuration_of_this_
     lines = route_lines(recs)
     assert "code ar T=0 c=1: this checkout / --code-b = 1.10" in lines
     assert not any("route" in ln for ln in lines)  # ssd@torch without ssd: nothing to compare
+
+
+def test_the_verify_step_is_judged_on_full_width_rounds():
+    # A K = 4 SSD point whose misses verified shorter chains (and plain steps): the mean over all rounds
+    # (35 ms) would flatter the K = 4 verify step; the line takes the width-5 rounds (50 ms).
+    from bench.run_sweep import by_width, route_lines
+
+    before = {"ssd_width_rounds": [0, 1, 0, 0, 0, 2], "ssd_width_verify_s": [0.0, 0.02, 0.0, 0.0, 0.0, 0.1]}
+    after = {"ssd_width_rounds": [0, 11, 0, 5, 0, 12], "ssd_width_verify_s": [0.0, 0.22, 0.0, 0.15, 0.0, 0.6]}
+    ssd = {"config": "ssd", "temperature": 0.0, "concurrency": 1, "k": 4, "verify_ms": 35.0,
+           "output_throughput": 20.0, **by_width(before, after)}  # fmt: skip
+    assert ssd["rounds_by_width"] == {"1": 10, "3": 5, "5": 10}
+    assert [round(ssd["verify_ms_by_width"][d], 9) for d in ("1", "3", "5")] == [20.0, 30.0, 50.0]
+    plain = {"config": "ssd_k0", "temperature": 0.0, "concurrency": 1, "k": 0, "verify_ms": 40.0,
+             "output_throughput": 18.0, **by_width({}, {"ssd_width_rounds": [0, 4], "ssd_width_verify_s": [0, 0.16]})}  # fmt: skip
+    line = [ln for ln in route_lines([ssd, plain]) if ln.startswith("verify step")]
+    assert line == ["verify step (default route): K = 4 verify 50.0 ms = 1.25x the plain step (40.0 ms), worker "
+                    "phase timings, c = 1, T = 0 (full 5-token chains, 10 of 25 rounds)"]  # fmt: skip
+    # Two repeats: each width's mean weighted by its rounds
+    twice = merge_repeats([ssd | {"repeat": 0},
+                           ssd | {"repeat": 1, "rounds_by_width": {"5": 30}, "verify_ms_by_width": {"5": 60.0}}])
+    assert twice[0]["rounds_by_width"]["5"] == 40 and abs(twice[0]["verify_ms_by_width"]["5"] - 57.5) < 1e-9
+    # A run without the counters says what its figure is
+    old = [{k: v for k, v in r.items() if "by_width" not in k} for r in (ssd, plain)]
+    assert [ln for ln in route_lines(old) if ln.startswith("verify step")][0].endswith(
+        "(mean over all rounds, shorter chains included)")
