@@ -71,21 +71,25 @@ def library_path() -> Path:
     return _BUILD_DIR / f"ssd_linear-{digest}.so"
 
 
-def build(quiet: bool = False) -> Path:
-    """Compile the kernel with the system C compiler (no download); returns the library's path."""
-    out = library_path()
+def _compile_once(out: Path, command) -> Path:
+    """Build ``out`` with ``command(tmp)`` unless it exists. The file appears atomically (a process
+    racing us sees either nothing or all of it), and builds of earlier sources are removed."""
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-    cc = os.environ.get("CC", "gcc")
-    subprocess.run([cc, *_CFLAGS, "-o", str(tmp), *map(str, _SOURCES), "-lm"], check=True, capture_output=quiet,
-                   text=True)  # fmt: skip
-    tmp.replace(out)  # atomic: a process racing us sees either nothing or the whole library
-    for stale in out.parent.glob("ssd_linear-*.so"):  # builds of earlier sources
+    subprocess.run(command(tmp), check=True, capture_output=True, text=True)
+    tmp.replace(out)
+    for stale in out.parent.glob(f"{out.name.rsplit('-', 1)[0]}-*.so"):
         if stale != out:
             stale.unlink(missing_ok=True)
     return out
+
+
+def build() -> Path:
+    """Compile the kernel with the system C compiler (no download); returns the library's path."""
+    cc = os.environ.get("CC", "gcc")
+    return _compile_once(library_path(), lambda tmp: [cc, *_CFLAGS, "-o", str(tmp), *map(str, _SOURCES), "-lm"])
 
 
 def _entry_command(out: Path) -> list[str]:
@@ -115,21 +119,12 @@ def entry_path() -> Path:
     return _BUILD_DIR / f"{_ENTRY_NAME}-{digest}.so"
 
 
-def build_entry(quiet: bool = False) -> Path:
+def build_entry() -> Path:
     """Compile the entry (about 30 s with g++; `make install` does it). Returns its path."""
     out = entry_path()
-    if out.exists():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-    if not quiet:
+    if not out.exists():
         print("sglang_ssd: compiling the CPU linear entry (once, about 30 s)", file=sys.stderr, flush=True)
-    subprocess.run(_entry_command(tmp), check=True, capture_output=True, text=True)
-    tmp.replace(out)
-    for stale in out.parent.glob(f"{_ENTRY_NAME}-*.so"):
-        if stale != out:
-            stale.unlink(missing_ok=True)
-    return out
+    return _compile_once(out, _entry_command)
 
 
 def _entry():
@@ -159,7 +154,7 @@ def _library() -> ctypes.CDLL | None:
         return _state["lib"]
     lib = None
     try:
-        lib = ctypes.CDLL(str(build(quiet=True)))
+        lib = ctypes.CDLL(str(build()))
     except (OSError, subprocess.CalledProcessError) as exc:
         detail = getattr(exc, "stderr", None) or ""
         print(f"sglang_ssd: CPU linear kernel unavailable ({exc} {detail.strip()[-500:]}); using torch",
