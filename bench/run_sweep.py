@@ -329,7 +329,7 @@ def route_lines(records: list[dict]) -> list[str]:
 
 
 def verify_step_line(ssd: dict, plain: dict, suffix: str) -> str:
-    """The K = 4 verify step against the plain step: SSD's full-width rounds (every chain K + 1
+    """The fixed-K verify step against the plain step: SSD's full-width rounds (every chain K + 1
     tokens) against ssd_k0's plain steps; the mean over all of SSD's rounds, which mixes in the
     misses' shorter chains, only where a run predates the per-width counters (and says so)."""
     width = str(ssd["k"] + 1)
@@ -563,12 +563,12 @@ def merge_repeats(records: list[dict]) -> list[dict]:
         rec = mean_of_runs([[r] for r in runs])[0]
         rec["samples"] = [(r["output_throughput"], r.get("median_tpot_ms")) for r in runs]
         if all("rounds_by_width" in r for r in runs):  # per width: round-weighted over the repeats
-            rounds = {d: sum(r["rounds_by_width"].get(d, 0) for r in runs) for r in runs for d in r["rounds_by_width"]}
+            widths = sorted({d for r in runs for d in r["rounds_by_width"]}, key=int)
+            rounds = {d: sum(r["rounds_by_width"].get(d, 0) for r in runs) for d in widths}
+            spent = {d: sum(r["verify_ms_by_width"].get(d, 0.0) * r["rounds_by_width"].get(d, 0) for r in runs)
+                     for d in widths}  # fmt: skip
             rec["rounds_by_width"] = rounds
-            rec["verify_ms_by_width"] = {
-                d: sum(r["verify_ms_by_width"][d] * r["rounds_by_width"][d] for r in runs if d in r["rounds_by_width"])
-                / n for d, n in rounds.items()
-            }
+            rec["verify_ms_by_width"] = {d: spent[d] / rounds[d] for d in widths}
         if rec.get("median_tpot_ms"):  # tokens/s per request of the mean TPOT, as in each run
             rec["per_request_tps"] = 1000.0 / rec["median_tpot_ms"]
         rec.pop("repeat", None)

@@ -370,6 +370,9 @@ class Packed:
     """
 
     __slots__ = ("key", "wp", "ptr", "lead_bytes", "meta", "_view")
+    # Slots of ``meta`` that change (the rest mirrors key, ptr, lead_bytes); the layout's one
+    # description is the Meta enum of csrc/entry.cpp.
+    _NEXT_PTR, _NEXT_BYTES = 4, 5
 
     def __init__(self, key: tuple, wp: torch.Tensor, lead_bytes: int):
         self.key, self.wp, self.ptr, self.lead_bytes = key, wp, wp.data_ptr(), lead_bytes
@@ -380,14 +383,14 @@ class Packed:
 
     @property
     def next_ptr(self) -> int:
-        return int(self._view[4])
+        return int(self._view[self._NEXT_PTR])
 
     @property
     def next_bytes(self) -> int:
-        return int(self._view[5])
+        return int(self._view[self._NEXT_BYTES])
 
     def set_next(self, ptr: int, nbytes: int) -> None:
-        self._view[4], self._view[5] = ptr, nbytes
+        self._view[self._NEXT_PTR], self._view[self._NEXT_BYTES] = ptr, nbytes
 
 
 _chain = threading.local()  # per thread: the Packed of the product this thread ran last

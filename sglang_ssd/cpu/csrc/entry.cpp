@@ -19,7 +19,7 @@ namespace {
 using Kernel = void (*)(const float *x, long ldx, const void *wp, const float *b, float *y, long ldy, long M,
                         long N, long K, const void *next, long next_bytes);
 
-enum Meta { KEY_PTR, KEY_VERSION, PACKED, LEAD_BYTES, NEXT_PTR, NEXT_BYTES, META_SIZE };
+enum Meta { KEY_PTR, KEY_VERSION, PACKED, LEAD_BYTES, NEXT_PTR, NEXT_BYTES };  // linear.py's Packed.meta
 
 Kernel kernel_f32 = nullptr;   // the route's kernel for fp32 weights; null: every call goes to Python
 Kernel kernel_bf16 = nullptr;  // ... for bf16 (compact) weights
@@ -95,5 +95,4 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("set_kernels", &set_kernels, "the route's C kernels (addresses; 0 = none) and the row limit");
     m.def("linear", &linear, "the kernel's product, or None where linear.py must decide");
     m.def("follows", &follows, "record a plan as the successor of this thread's last product");
-    m.attr("META_SIZE") = static_cast<int>(META_SIZE);
 }
