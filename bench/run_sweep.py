@@ -191,17 +191,22 @@ def summarize(name: str, bench: dict, before: dict, after: dict, extra: dict) ->
 
 
 def by_width(before: dict, after: dict) -> dict:
-    """Rounds and mean forward ms per chain width d over the window (JSON keys: str(d)); the fixed-K
-    verify step is the width-(K + 1) entry."""
-    rounds, secs = after.get("ssd_width_rounds") or [], after.get("ssd_width_verify_s") or []
-    r0, s0 = before.get("ssd_width_rounds") or [], before.get("ssd_width_verify_s") or []
-    out_rounds, out_ms = {}, {}
-    for d, (n, s) in enumerate(zip(rounds, secs)):
-        n -= r0[d] if d < len(r0) else 0
-        s -= s0[d] if d < len(s0) else 0.0
-        if n > 0:
-            out_rounds[str(d)], out_ms[str(d)] = n, 1000 * s / n
-    return {"rounds_by_width": out_rounds, "verify_ms_by_width": out_ms} if out_rounds else {}
+    """Rounds and mean forward ms per chain width d over the window (JSON keys: str(d)), in wall time
+    and, where the server counts it, in the scheduler thread's CPU time; the fixed-K verify step is the
+    width-(K + 1) entry."""
+    def window(key: str) -> list:
+        now, then = after.get(key) or [], before.get(key) or []
+        return [v - (then[d] if d < len(then) else 0) for d, v in enumerate(now)]
+
+    rounds, secs, cpu = window("ssd_width_rounds"), window("ssd_width_verify_s"), window("ssd_width_verify_cpu_s")
+    widths = [d for d, n in enumerate(rounds) if n > 0]
+    if not widths:
+        return {}
+    out = {"rounds_by_width": {str(d): rounds[d] for d in widths},
+           "verify_ms_by_width": {str(d): 1000 * secs[d] / rounds[d] for d in widths}}
+    if len(cpu) == len(rounds):
+        out["verify_cpu_ms_by_width"] = {str(d): 1000 * cpu[d] / rounds[d] for d in widths}
+    return out
 
 
 def per_k_counts(before: dict, after: dict) -> dict:
@@ -321,17 +326,20 @@ def route_lines(records: list[dict]) -> list[str]:
             out.append(f"draft server {name} T={t:g} c={c}: {r['draft_ms_per_round']:.1f} ms of forwards per round "
                        f"({r['draft_steps'] / r['steps']:.1f} steps of {r['draft_step_ms']:.1f} ms) against a "
                        f"{r['verify_ms']:.1f} ms verify step")
-    for suffix in ("", "@torch"):
-        ssd, plain = at.get((f"ssd{suffix}", 0.0, 1)), at.get((f"ssd_k0{suffix}", 0.0, 1))
-        if ssd and plain and ssd.get("verify_ms") and plain.get("verify_ms"):
-            out.append(verify_step_line(ssd, plain, suffix))
+    for name in ("ssd", "sd"):  # SD's draft waits out the verify: its step runs without a busy neighbour
+        for suffix in ("", "@torch"):
+            spec, plain = at.get((f"{name}{suffix}", 0.0, 1)), at.get((f"ssd_k0{suffix}", 0.0, 1))
+            if spec and plain and spec.get("verify_ms") and plain.get("verify_ms"):
+                out.append(verify_step_line(spec, plain, suffix))
     return out
 
 
 def verify_step_line(ssd: dict, plain: dict, suffix: str) -> str:
-    """The fixed-K verify step against the plain step: SSD's full-width rounds (every chain K + 1
-    tokens) against ssd_k0's plain steps; the mean over all of SSD's rounds, which mixes in the
-    misses' shorter chains, only where a run predates the per-width counters (and says so)."""
+    """The fixed-K verify step against the plain step: a speculative configuration's full-width rounds
+    (every chain K + 1 tokens) against ssd_k0's plain steps; the mean over all of its rounds, which mixes
+    in the misses' shorter chains, only where a run predates the per-width counters (and says so).
+    Where the server counts thread CPU time, the same two steps in it follow: wall time includes the
+    waits for a core, which SSD's busy draft server makes longer on a small machine."""
     width = str(ssd["k"] + 1)
     full, rounds = ssd.get("verify_ms_by_width", {}).get(width), ssd.get("rounds_by_width", {})
     step = plain.get("verify_ms_by_width", {}).get("1", plain["verify_ms"])
@@ -339,8 +347,13 @@ def verify_step_line(ssd: dict, plain: dict, suffix: str) -> str:
         verify, which = ssd["verify_ms"], "mean over all rounds, shorter chains included"
     else:
         verify, which = full, f"full {width}-token chains, {rounds[width]} of {sum(rounds.values())} rounds"
-    return (f"verify step{suffix or ' (default route)'}: K = {ssd['k']} verify {verify:.1f} ms = {verify / step:.2f}x "
-            f"the plain step ({step:.1f} ms), worker phase timings, c = 1, T = 0 ({which})")
+    name = "" if ssd["config"].startswith("ssd") else f" {ssd['config'].split('@')[0]}"
+    line = (f"verify step{name}{suffix or ' (default route)'}: K = {ssd['k']} verify {verify:.1f} ms = "
+            f"{verify / step:.2f}x the plain step ({step:.1f} ms), worker phase timings, c = 1, T = 0 ({which})")
+    cpu, cpu_step = ssd.get("verify_cpu_ms_by_width", {}).get(width), plain.get("verify_cpu_ms_by_width", {}).get("1")
+    if cpu and cpu_step:
+        line += f"; thread CPU time {cpu:.1f} ms = {cpu / cpu_step:.2f}x ({cpu_step:.1f} ms)"
+    return line
 
 
 def auto_k_lines(records: list[dict]) -> list[str]:
@@ -565,10 +578,12 @@ def merge_repeats(records: list[dict]) -> list[dict]:
         if all("rounds_by_width" in r for r in runs):  # per width: round-weighted over the repeats
             widths = sorted({d for r in runs for d in r["rounds_by_width"]}, key=int)
             rounds = {d: sum(r["rounds_by_width"].get(d, 0) for r in runs) for d in widths}
-            spent = {d: sum(r["verify_ms_by_width"].get(d, 0.0) * r["rounds_by_width"].get(d, 0) for r in runs)
-                     for d in widths}  # fmt: skip
             rec["rounds_by_width"] = rounds
-            rec["verify_ms_by_width"] = {d: spent[d] / rounds[d] for d in widths}
+            for key in ("verify_ms_by_width", "verify_cpu_ms_by_width"):
+                rec.pop(key, None)
+                if all(key in r for r in runs):
+                    spent = {d: sum(r[key].get(d, 0.0) * r["rounds_by_width"].get(d, 0) for r in runs) for d in widths}
+                    rec[key] = {d: spent[d] / rounds[d] for d in widths}
         if rec.get("median_tpot_ms"):  # tokens/s per request of the mean TPOT, as in each run
             rec["per_request_tps"] = 1000.0 / rec["median_tpot_ms"]
         rec.pop("repeat", None)

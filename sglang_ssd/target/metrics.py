@@ -65,9 +65,13 @@ class SSDStats:
     # misses' shorter backup chains and plain steps.
     width_rounds: list[int] = field(default_factory=list)
     width_verify_s: list[float] = field(default_factory=list)
+    # The same forwards in the scheduler thread's CPU time: wall time minus the time the thread waited
+    # for a core (on a small machine the draft server and SGLang's other processes compete for them).
+    width_verify_cpu_s: list[float] = field(default_factory=list)
 
     def record_round(self, *, num_draft: list[int], accepted: list[int], verify_s: float, link_s: float,
-                     total_s: float, open_s: float = 0.0, math_s: float = 0.0, all_hits: bool = False) -> None:
+                     total_s: float, open_s: float = 0.0, math_s: float = 0.0, all_hits: bool = False,
+                     verify_cpu_s: float = 0.0) -> None:
         self.rounds += 1
         self.drafted += sum(num_draft)
         self.accepted += sum(accepted)
@@ -87,8 +91,10 @@ class SSDStats:
         if missing > 0:
             self.width_rounds += [0] * missing
             self.width_verify_s += [0.0] * missing
+            self.width_verify_cpu_s += [0.0] * missing
         self.width_rounds[width] += 1
         self.width_verify_s[width] += verify_s
+        self.width_verify_cpu_s[width] += verify_cpu_s
 
     def summary(self) -> dict:
         r = max(self.rounds, 1)
@@ -115,7 +121,8 @@ def snapshot(*, draft_servers: bool = False) -> dict:
                    ssd_open_s=w.stats.open_s, ssd_math_s=w.stats.math_s, ssd_total_s=w.stats.total_s,
                    ssd_hit_rounds=w.stats.hit_rounds, ssd_hit_link_s=w.stats.hit_link_s,
                    ssd_hit_verify_s=w.stats.hit_verify_s, ssd_width_rounds=list(w.stats.width_rounds),
-                   ssd_width_verify_s=list(w.stats.width_verify_s))
+                   ssd_width_verify_s=list(w.stats.width_verify_s),
+                   ssd_width_verify_cpu_s=list(w.stats.width_verify_cpu_s))
         out["ssd_rounds"] = w.stats.rounds  # worker rounds (verify steps)
         out["ssd_k"] = w.k
         out["ssd_budget"] = w.config.budget

@@ -185,13 +185,13 @@ class SSDWorker(BaseSpecWorker):
         each request's own processed distribution. ⇒ (SGLang's forward result, the outcome, the same on
         every TP rank)."""
         d = chain.shape[1]
-        clock.forward = time.perf_counter()
+        clock.forward, clock.forward_cpu = time.perf_counter(), time.thread_time()
         plain = d == 1 and not batch.return_logprob and not batch.has_grammar
         if plain:
             result = self._decode_forward(batch, chain, pp_proxy_tensors)
         else:
             result = self._verify_forward(batch, chain, d, pp_proxy_tensors)
-        clock.verified = time.perf_counter()
+        clock.verified, clock.verified_cpu = time.perf_counter(), time.thread_time()
         if plain:  # nothing drafted: SGLang's own sampler drew the token, exactly as in an AR step
             outcome = sampled_outcome(result.next_token_ids)
         else:
@@ -230,6 +230,7 @@ class SSDWorker(BaseSpecWorker):
             link_s=link_s, total_s=clock.end - clock.start, open_s=self._open_s,
             math_s=clock.posted - clock.verified,
             all_hits=bool(used) and all(s.hit for s in used) and not self._open_s,
+            verify_cpu_s=clock.verified_cpu - clock.forward_cpu,
         )
         if self.auto_k:
             gap_ms = 1000 * (clock.start - self._last_step_end) if self._last_step_end else None
@@ -329,7 +330,8 @@ class SSDWorker(BaseSpecWorker):
 
 @dataclass
 class RoundClock:
-    """The round's timestamps (perf_counter seconds); ``collected`` stays ``start`` without a link."""
+    """The round's timestamps (perf_counter seconds); ``collected`` stays ``start`` without a link.
+    ``*_cpu``: the forward's ends in this thread's CPU time (``time.thread_time``)."""
 
     start: float = field(default_factory=time.perf_counter)
     collected: float = 0.0
@@ -337,6 +339,8 @@ class RoundClock:
     verified: float = 0.0
     posted: float = 0.0
     end: float = 0.0
+    forward_cpu: float = 0.0
+    verified_cpu: float = 0.0
 
     def __post_init__(self) -> None:
         self.collected = self.start

@@ -111,3 +111,30 @@ def test_the_verify_step_is_judged_on_full_width_rounds():
     old = [{k: v for k, v in r.items() if "by_width" not in k} for r in (ssd, plain)]
     assert [ln for ln in route_lines(old) if ln.startswith("verify step")][0].endswith(
         "(mean over all rounds, shorter chains included)")
+
+
+def test_the_verify_step_in_thread_cpu_time_and_for_sd():
+    # Servers that count the scheduler thread's CPU time get it next to the wall time, and an SD point
+    # (whose draft idles during the verify) gets its own line against the same plain step.
+    from bench.run_sweep import by_width, route_lines
+
+    after = {"ssd_width_rounds": [0, 10, 0, 0, 0, 10], "ssd_width_verify_s": [0.0, 0.2, 0.0, 0.0, 0.0, 0.5],
+             "ssd_width_verify_cpu_s": [0.0, 0.18, 0.0, 0.0, 0.0, 0.45]}  # fmt: skip
+    ssd = {"config": "ssd", "temperature": 0.0, "concurrency": 1, "k": 4, "verify_ms": 35.0,
+           "output_throughput": 20.0, **by_width({}, after)}  # fmt: skip
+    assert ssd["verify_cpu_ms_by_width"] == {"1": 18.0, "5": 45.0}
+    sd = ssd | {"config": "sd", "verify_ms_by_width": {"5": 44.0}, "verify_cpu_ms_by_width": {"5": 41.4},
+                "rounds_by_width": {"5": 20}}  # fmt: skip
+    plain = {"config": "ssd_k0", "temperature": 0.0, "concurrency": 1, "k": 0, "verify_ms": 40.0,
+             "output_throughput": 18.0, "rounds_by_width": {"1": 4}, "verify_ms_by_width": {"1": 40.0},
+             "verify_cpu_ms_by_width": {"1": 36.0}}  # fmt: skip
+    lines = [ln for ln in route_lines([ssd, sd, plain]) if ln.startswith("verify step")]
+    assert lines == [
+        "verify step (default route): K = 4 verify 50.0 ms = 1.25x the plain step (40.0 ms), worker phase timings, "
+        "c = 1, T = 0 (full 5-token chains, 10 of 20 rounds); thread CPU time 45.0 ms = 1.25x (36.0 ms)",
+        "verify step sd (default route): K = 4 verify 44.0 ms = 1.10x the plain step (40.0 ms), worker phase "
+        "timings, c = 1, T = 0 (full 5-token chains, 20 of 20 rounds); thread CPU time 41.4 ms = 1.15x (36.0 ms)",
+    ]
+    # A repeat without the CPU counters (an older server) drops the CPU figure, keeps the wall time
+    twice = merge_repeats([ssd | {"repeat": 0}, {k: v for k, v in ssd.items() if k != "verify_cpu_ms_by_width"}])
+    assert "verify_cpu_ms_by_width" not in twice[0] and twice[0]["verify_ms_by_width"]["5"] == 50.0

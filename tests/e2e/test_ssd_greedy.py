@@ -49,6 +49,10 @@ def test_ssd_reports_its_counters(ssd_server):
         assert key in state, sorted(k for k in state if k.startswith("ssd"))
     assert state["ssd_rounds"] > 0
     assert 0.0 <= state["ssd_hit_rate"] <= 1.0
+    # Forward time per chain width, in wall time and in the scheduler thread's CPU time
+    rounds, wall, cpu = state["ssd_width_rounds"], state["ssd_width_verify_s"], state["ssd_width_verify_cpu_s"]
+    assert sum(rounds) == state["ssd_rounds"] and len(wall) == len(cpu) == len(rounds)
+    assert all(0 < c <= w * 1.05 + 1e-3 for n, w, c in zip(rounds, wall, cpu) if n), (rounds, wall, cpu)
     import urllib.request
 
     with urllib.request.urlopen(f"{ssd_server.url}/metrics", timeout=30) as r:
