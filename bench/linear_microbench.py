@@ -80,7 +80,9 @@ def probes():
 
 def roofline(lib) -> dict:
     """One core's streaming read bandwidth (GB/s) and fp32 FMA rate (G FMA/s), best of a few runs."""
-    buf = torch.randn(512 << 20 >> 2)  # 512 MB: nothing of it stays in cache between passes
+    # 512 MB (nothing of it stays in cache between passes), on the 2 MB pages the packed weights use
+    buf = cpu_linear.huge_page_bytes(512 << 20).view(torch.float32)
+    buf.normal_()
     best_bw = 0.0
     for _ in range(5):
         t0 = clock()
@@ -98,8 +100,10 @@ def roofline(lib) -> dict:
 
 def make_routes(names: list[str], ws: list[torch.Tensor], lib) -> dict:
     """name -> callable(x) running the product over every weight copy once. ``read`` only streams
-    the same weights (the memory side of the bound, timed under the same conditions as the rest)."""
-    routes = {"read": lambda x: [lib.probe_stream_read(w.data_ptr(), w.numel()) for w in ws]}
+    the kernel's packed copies of the same weights (the memory side of the bound: the bytes and pages
+    the kernel reads, timed under the same conditions as the rest)."""
+    packs = [cpu_linear.packed(w).wp for w in ws]
+    routes = {"read": lambda x: [lib.probe_stream_read(p.data_ptr(), p.numel()) for p in packs]}
     if "torch" in names:
         routes["torch"] = lambda x: [F.linear(x, w) for w in ws]
     if "kernel" in names:
