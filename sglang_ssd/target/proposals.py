@@ -82,3 +82,17 @@ def stack_proposals(specs: list[Speculation | None], k: int, vocab_size: int) ->
             val[i, :n] = 0.0
             val[i, :n, :sup] = s.q.probs[:n].float()
     return BatchProposal(tokens, num, SparseProbs(idx, val, vocab_size), det)
+
+
+def chain_tree(seq_lens: torch.Tensor, d: int) -> tuple[torch.Tensor, ...]:
+    """The verify-tree metadata of ``bs`` chains of ``d`` tokens, what SGLang's
+    ``reconstruct_indices_from_tree_mask`` derives from their lower-triangular masks, written down
+    directly (on CPU the generic derivation took 171 µs for one 5-token chain, this 25 µs): token i
+    of chain b sits at position seq_lens[b] + i, has index b * d + i, its next token i + 1 (−1 for the
+    last) and no sibling. ⇒ positions [bs * d], retrieve_index, retrieve_next_token, retrieve_next_sibling [bs, d]."""
+    bs, dev = seq_lens.shape[0], seq_lens.device
+    step = torch.arange(d, dtype=torch.int64, device=dev)
+    positions = (seq_lens.to(torch.int64)[:, None] + step).flatten()
+    retrieve_index = torch.arange(bs * d, dtype=torch.int64, device=dev).view(bs, d)
+    next_token = torch.where(step + 1 < d, step + 1, -1).expand(bs, d).contiguous()
+    return positions, retrieve_index, next_token, torch.full((bs, d), -1, dtype=torch.int64, device=dev)

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 
 import torch
 from sglang.kernels.ops.speculative.cache_locs import assign_extend_cache_locs_func
-from sglang.kernels.ops.speculative.reconstruct_tree import reconstruct_indices_from_tree_mask_func
 from sglang.srt.layers.logprob_processor import compute_spec_logprobs
 from sglang.srt.managers.scheduler import GenerationBatchResult
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
@@ -35,7 +34,7 @@ from sglang_ssd.target import metrics
 from sglang_ssd.target.auto_k import AutoK
 from sglang_ssd.target.config import SSDConfig
 from sglang_ssd.target.draft_link import DraftLink
-from sglang_ssd.target.proposals import BatchProposal, stack_proposals
+from sglang_ssd.target.proposals import BatchProposal, chain_tree, stack_proposals
 from sglang_ssd.target.target_logits import (
     AcceptLayout,
     accept_layout,
@@ -257,13 +256,7 @@ class SSDWorker(BaseSpecWorker):
         """One TARGET_VERIFY forward over every request's chain [last, s_1..s_K] (NGRAM's shape)."""
         bs = chain.shape[0]
         mask = torch.ones(d, d, dtype=torch.bool, device=self.device).tril().repeat(bs, 1, 1).flatten()
-        positions = torch.empty(bs * d, dtype=torch.int64, device=self.device)
-        retrieve_index = torch.empty(bs, d, dtype=torch.int64, device=self.device)
-        retrieve_next_token = torch.empty_like(retrieve_index)
-        retrieve_next_sibling = torch.empty_like(retrieve_index)
-        reconstruct_indices_from_tree_mask_func(
-            mask, batch.seq_lens, positions, retrieve_index, retrieve_next_token, retrieve_next_sibling, bs, d
-        )
+        positions, retrieve_index, retrieve_next_token, retrieve_next_sibling = chain_tree(batch.seq_lens, d)
         batch.forward_mode = ForwardMode.TARGET_VERIFY
         batch.input_ids = chain.flatten()
         batch.out_cache_loc = self._cache_locs(batch, d)
