@@ -339,7 +339,9 @@ def verify_step_line(ssd: dict, plain: dict, suffix: str) -> str:
     (every chain K + 1 tokens) against ssd_k0's plain steps; the mean over all of its rounds, which mixes
     in the misses' shorter chains, only where a run predates the per-width counters (and says so).
     Where the server counts thread CPU time, the same two steps in it follow: wall time includes the
-    waits for a core, which SSD's busy draft server makes longer on a small machine."""
+    waits for a core, which SSD's busy draft server makes longer on a small machine. Last, the full
+    rounds against the same server's own plain rounds (its misses), where it had any: the two kinds of
+    step interleave in one process, so the host's drift between servers and repeats cancels."""
     width = str(ssd["k"] + 1)
     full, rounds = ssd.get("verify_ms_by_width", {}).get(width), ssd.get("rounds_by_width", {})
     step = plain.get("verify_ms_by_width", {}).get("1", plain["verify_ms"])
@@ -353,6 +355,9 @@ def verify_step_line(ssd: dict, plain: dict, suffix: str) -> str:
     cpu, cpu_step = ssd.get("verify_cpu_ms_by_width", {}).get(width), plain.get("verify_cpu_ms_by_width", {}).get("1")
     if cpu and cpu_step:
         line += f"; thread CPU time {cpu:.1f} ms = {cpu / cpu_step:.2f}x ({cpu_step:.1f} ms)"
+    own = ssd.get("verify_ms_by_width", {}).get("1")
+    if full is not None and own:  # the same server's plain rounds: same process, same minutes, same neighbour
+        line += f"; {full / own:.2f}x its own {rounds['1']} plain rounds ({own:.1f} ms)"
     return line
 
 

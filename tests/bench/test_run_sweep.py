@@ -102,7 +102,8 @@ def test_the_verify_step_is_judged_on_full_width_rounds():
              "output_throughput": 18.0, **by_width({}, {"ssd_width_rounds": [0, 4], "ssd_width_verify_s": [0, 0.16]})}  # fmt: skip
     line = [ln for ln in route_lines([ssd, plain]) if ln.startswith("verify step")]
     assert line == ["verify step (default route): K = 4 verify 50.0 ms = 1.25x the plain step (40.0 ms), worker "
-                    "phase timings, c = 1, T = 0 (full 5-token chains, 10 of 25 rounds)"]  # fmt: skip
+                    "phase timings, c = 1, T = 0 (full 5-token chains, 10 of 25 rounds); 2.50x its own 10 plain "
+                    "rounds (20.0 ms)"]  # fmt: skip
     # Two repeats: each width's mean weighted by its rounds
     twice = merge_repeats([ssd | {"repeat": 0},
                            ssd | {"repeat": 1, "rounds_by_width": {"5": 30}, "verify_ms_by_width": {"5": 60.0}}])
@@ -131,7 +132,8 @@ def test_the_verify_step_in_thread_cpu_time_and_for_sd():
     lines = [ln for ln in route_lines([ssd, sd, plain]) if ln.startswith("verify step")]
     assert lines == [
         "verify step (default route): K = 4 verify 50.0 ms = 1.25x the plain step (40.0 ms), worker phase timings, "
-        "c = 1, T = 0 (full 5-token chains, 10 of 20 rounds); thread CPU time 45.0 ms = 1.25x (36.0 ms)",
+        "c = 1, T = 0 (full 5-token chains, 10 of 20 rounds); thread CPU time 45.0 ms = 1.25x (36.0 ms); "
+        "2.50x its own 10 plain rounds (20.0 ms)",
         "verify step sd (default route): K = 4 verify 44.0 ms = 1.10x the plain step (40.0 ms), worker phase "
         "timings, c = 1, T = 0 (full 5-token chains, 20 of 20 rounds); thread CPU time 41.4 ms = 1.15x (36.0 ms)",
     ]
