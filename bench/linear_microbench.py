@@ -235,7 +235,7 @@ def markdown(out: dict) -> str:
         "Milliseconds per product (medians, routes and row counts interleaved, weights rotated past the L3 cache; clock: "
         + ("this thread's CPU time, which leaves out time the thread was not running on the shared machine "
            "but not the other processes' pull on memory" if out.get("clock") == "thread" else "wall")
-        + "); `read` = a pure streaming read of the same weights, timed with the routes; "
+        + "); `read` = a pure streaming read (one stream) of the kernel's packed copies of the same weights, timed with the routes; "
         "`bound` = max(read, FMAs / FMA rate). `compile` (Inductor's C++ GEMM template) is timed on one "
         "weight copy, not rotated: for the small shapes that copy can sit in cache, an optimistic figure.",
         "",
