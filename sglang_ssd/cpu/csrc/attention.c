@@ -167,15 +167,28 @@ AVX2 static void pair_avx2(const pair_ctx *c, const float *q, long i, long g, fl
         }
         _mm256_storeu_ps(score + j0, _mm256_mul_ps(tree8x8(a), scale));
     }
-    float m = -INFINITY;
-    for (long j = 0; j < L; ++j)
+    /* The visible maximum: 8 lanes over the prefix keys (all visible), then the query tokens one by
+     * one. A maximum is the same value in any order; only the sign of a zero maximum could differ,
+     * and score - m is the same either way. */
+    const long P = c->prefix < L ? c->prefix : L;
+    __m256 mx = _mm256_set1_ps(-INFINITY);
+    long j = 0;
+    for (; j + 8 <= P; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(score + j));
+    float lm[8], m = -INFINITY;
+    _mm256_storeu_ps(lm, mx);
+    for (int t = 0; t < 8; ++t) m = lm[t] > m ? lm[t] : m;
+    for (; j < L; ++j)
         if (visible(c, i, j) && score[j] > m) m = score[j];
     __m256 mv = _mm256_set1_ps(m), lanes = _mm256_setzero_ps();
     for (long j0 = 0; j0 < L; j0 += 8) {
         __m256 p = exp_poly8(_mm256_sub_ps(_mm256_loadu_ps(score + j0), mv));
         _mm256_storeu_ps(score + j0, p);
-        for (long j = j0; j < j0 + 8; ++j)  /* keys it may not see, and past the end: exactly 0 */
-            if (j >= L || !visible(c, i, j)) score[j] = 0.0f;
+        if (j0 + 8 <= P) { /* every key of the block visible: add the weights as they are */
+            lanes = _mm256_add_ps(lanes, p);
+            continue;
+        }
+        for (long jj = j0; jj < j0 + 8; ++jj)  /* keys it may not see, and past the end: exactly 0 */
+            if (jj >= L || !visible(c, i, jj)) score[jj] = 0.0f;
         lanes = _mm256_add_ps(lanes, _mm256_loadu_ps(score + j0));
     }
     float l[8];
@@ -185,12 +198,20 @@ AVX2 static void pair_avx2(const pair_ctx *c, const float *q, long i, long g, fl
         int w = D - d0 >= 64 ? 8 : (int)((D - d0) / 8);
         __m256 acc[8];
         for (int t = 0; t < w; ++t) acc[t] = _mm256_setzero_ps();
-        for (long j = 0; j < L; ++j) {
-            if (!visible(c, i, j)) continue;
-            const float *vj = vbase + (long)c->slots[j] * c->pool_stride + d0;
-            __m256 p = _mm256_set1_ps(score[j]);
-            for (int t = 0; t < w; ++t) acc[t] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8 * t), acc[t]);
-        }
+        if (w == 8) /* a constant trip count: gcc otherwise tests t < w at every step of every key */
+            for (long j = 0; j < L; ++j) {
+                if (!visible(c, i, j)) continue;
+                const float *vj = vbase + (long)c->slots[j] * c->pool_stride + d0;
+                __m256 p = _mm256_set1_ps(score[j]);
+                for (int t = 0; t < 8; ++t) acc[t] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8 * t), acc[t]);
+            }
+        else
+            for (long j = 0; j < L; ++j) {
+                if (!visible(c, i, j)) continue;
+                const float *vj = vbase + (long)c->slots[j] * c->pool_stride + d0;
+                __m256 p = _mm256_set1_ps(score[j]);
+                for (int t = 0; t < w; ++t) acc[t] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8 * t), acc[t]);
+            }
         for (int t = 0; t < w; ++t) _mm256_storeu_ps(out + d0 + 8 * t, _mm256_mul_ps(acc[t], inv));
     }
 }
