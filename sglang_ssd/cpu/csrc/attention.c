@@ -150,6 +150,18 @@ AVX2 static inline __m256 tree8x8(__m256 a[8]) {
     return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
+/* acc[t] += score[j] * v_j[8t .. 8t+8) over the keys query i may see, in key order: `w` output vectors
+ * of one FMA chain each. Inlined, so that a constant `w` gives a loop without trip-count tests. */
+AVX2 static inline __attribute__((always_inline)) void value_sum(const pair_ctx *c, long i, const float *vbase,
+                                                                 const float *score, int w, __m256 acc[8]) {
+    for (long j = 0; j < c->prefix + c->n; ++j) {
+        if (!visible(c, i, j)) continue;
+        const float *vj = vbase + (long)c->slots[j] * c->pool_stride;
+        __m256 p = _mm256_set1_ps(score[j]);
+        for (int t = 0; t < w; ++t) acc[t] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8 * t), acc[t]);
+    }
+}
+
 /* head_dim a multiple of 8 (the caller checks). Scores 8 keys at a time (keys past the end repeat the
  * last one and are dropped), exp 8 at a time, the value sum with 8 output vectors held in registers. */
 AVX2 static void pair_avx2(const pair_ctx *c, const float *q, long i, long g, float *score, float *out) {
@@ -199,19 +211,9 @@ AVX2 static void pair_avx2(const pair_ctx *c, const float *q, long i, long g, fl
         __m256 acc[8];
         for (int t = 0; t < w; ++t) acc[t] = _mm256_setzero_ps();
         if (w == 8) /* a constant trip count: gcc otherwise tests t < w at every step of every key */
-            for (long j = 0; j < L; ++j) {
-                if (!visible(c, i, j)) continue;
-                const float *vj = vbase + (long)c->slots[j] * c->pool_stride + d0;
-                __m256 p = _mm256_set1_ps(score[j]);
-                for (int t = 0; t < 8; ++t) acc[t] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8 * t), acc[t]);
-            }
+            value_sum(c, i, vbase + d0, score, 8, acc);
         else
-            for (long j = 0; j < L; ++j) {
-                if (!visible(c, i, j)) continue;
-                const float *vj = vbase + (long)c->slots[j] * c->pool_stride + d0;
-                __m256 p = _mm256_set1_ps(score[j]);
-                for (int t = 0; t < w; ++t) acc[t] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8 * t), acc[t]);
-            }
+            value_sum(c, i, vbase + d0, score, w, acc);
         for (int t = 0; t < w; ++t) _mm256_storeu_ps(out + d0 + 8 * t, _mm256_mul_ps(acc[t], inv));
     }
 }
