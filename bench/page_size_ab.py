@@ -29,14 +29,15 @@ SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)] * 30 + [(49152, 576)
 
 
 def packed_set(alloc, g: torch.Generator) -> list[torch.Tensor]:
+    """The target's weights, packed into buffers from ``alloc`` in place of the route's own allocator."""
     ws = [torch.randn(n, k, generator=g) * 0.05 for n, k in SHAPES]
-    arena = cpu_linear._huge_page_buffer
+    route_alloc = cpu_linear._huge_page_buffer
     cpu_linear._huge_page_buffer = alloc
     try:
         for w in ws:
             cpu_linear.packed(w)
     finally:
-        cpu_linear._huge_page_buffer = arena
+        cpu_linear._huge_page_buffer = route_alloc
     return ws
 
 

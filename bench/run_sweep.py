@@ -349,7 +349,7 @@ def verify_step_line(ssd: dict, plain: dict, suffix: str) -> str:
         verify, which = ssd["verify_ms"], "mean over all rounds, shorter chains included"
     else:
         verify, which = full, f"full {width}-token chains, {rounds[width]} of {sum(rounds.values())} rounds"
-    name = "" if ssd["config"].startswith("ssd") else f" {ssd['config'].split('@')[0]}"
+    name = "" if ssd["config"].startswith("ssd") else f" {ssd['config'].split('@')[0]}"  # SSD's keeps its fixed form
     line = (f"verify step{name}{suffix or ' (default route)'}: K = {ssd['k']} verify {verify:.1f} ms = "
             f"{verify / step:.2f}x the plain step ({step:.1f} ms), worker phase timings, c = 1, T = 0 ({which})")
     cpu, cpu_step = ssd.get("verify_cpu_ms_by_width", {}).get(width), plain.get("verify_cpu_ms_by_width", {}).get("1")

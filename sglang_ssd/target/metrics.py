@@ -65,8 +65,8 @@ class SSDStats:
     # misses' shorter backup chains and plain steps.
     width_rounds: list[int] = field(default_factory=list)
     width_verify_s: list[float] = field(default_factory=list)
-    # The same forwards in the scheduler thread's CPU time: wall time minus the time the thread waited
-    # for a core (on a small machine the draft server and SGLang's other processes compete for them).
+    # The same forwards in the scheduler thread's CPU time, which leaves out time the thread spent off
+    # a core (on a small machine the draft server and SGLang's other processes compete for them).
     width_verify_cpu_s: list[float] = field(default_factory=list)
 
     def record_round(self, *, num_draft: list[int], accepted: list[int], verify_s: float, link_s: float,
