@@ -31,6 +31,39 @@ def kernel_for(q: torch.Tensor, layer):
     return cpu_linear.attention_kernel()
 
 
+def plain_pool(pool) -> bool:
+    """Whether ``pool`` is SGLang's plain fp32 MHA pool, whose ``set_kv_buffer`` is a row copy into
+    ``[slots, kv_heads, dim]`` buffers (what the compiled entry does itself); decided once per pool."""
+    plain = pool.__dict__.get("_ssd_plain_pool")
+    if plain is None:
+        plain = pool.__dict__["_ssd_plain_pool"] = (
+            type(pool).__name__ == "MHATokenToKVPool" and getattr(pool, "kv_cache_layout", None) == "nhd"
+            and not getattr(pool, "use_hnd", False) and not getattr(pool, "is_quantized_kv_cache", False)
+            and not getattr(pool, "requires_physical_write_loc", False)
+            and pool.dtype is torch.float32 and pool.store_dtype is torch.float32
+        )  # fmt: skip
+    return plain
+
+
+def fused_attention(backend, q, k, v, layer, forward_batch, n: int, mask: torch.Tensor | None, decode: bool,
+                    save_kv_cache: bool) -> torch.Tensor | None:
+    """The layer's KV write and attention in one compiled call (``csrc/entry.cpp``): the same copy
+    SGLang's plain pool makes and the same kernel, without their Python. None, with nothing written,
+    where it does not apply; the caller then takes the ctypes path."""
+    entry = cpu_linear.attention_entry()
+    pool = backend.token_to_kv_pool
+    if entry is None or kernel_for(q, layer) is None or not plain_pool(pool):
+        return None
+    write = save_kv_cache and k is not None and v is not None
+    if write and getattr(backend, "swa_out_cache_loc", None) is not None:
+        return None
+    layer_id = layer.layer_id
+    return entry(q, k if write else None, v if write else None, pool.get_key_buffer(layer_id),
+                 pool.get_value_buffer(layer_id), forward_batch.out_cache_loc if write else None,
+                 backend.req_to_token_pool.req_to_token, forward_batch.req_pool_indices, forward_batch.seq_lens, n,
+                 layer.tp_q_head_num, float(layer.scaling), decode, mask)  # fmt: skip
+
+
 def paged_attention(fn, backend, q, layer, forward_batch, n: int, mask: torch.Tensor | None,
                     decode: bool) -> torch.Tensor | None:
     """Attention of ``forward_batch``'s queries (n per request) over the pool, K/V already written.
@@ -76,6 +109,9 @@ def attend(fn, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, ta
 
 def forward_decode_hook(original, backend, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
     """AROUND hook on ``forward_decode``: the C attention where it applies, SGLang's SDPA otherwise."""
+    out = fused_attention(backend, q, k, v, layer, forward_batch, 1, None, True, save_kv_cache)
+    if out is not None:
+        return out
     fn = kernel_for(q, layer)
     if fn is None:
         return original(backend, q, k, v, layer, forward_batch, save_kv_cache, **kwargs)

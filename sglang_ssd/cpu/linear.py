@@ -479,6 +479,21 @@ def attention_kernel():
     return _kernel("attention", "ssd_attention_{route}")
 
 
+def attention_entry():
+    """The compiled entry's KV write + attention (``csrc/entry.cpp``), or None (torch route, no entry):
+    then ``attention.py`` runs the same kernel through ctypes, with SGLang's own KV write."""
+    fast = _state.get("attention_entry", _UNRESOLVED)
+    if fast is _UNRESOLVED:
+        fn = attention_kernel()
+        entry = _entry() if fn is not None else None
+        fast = None
+        if entry is not None:
+            entry.set_attention(_address(fn))
+            fast = entry.attention
+        _state["attention_entry"] = fast
+    return fast
+
+
 def rope_kernel():
     """The C rotary embedding (``csrc/rope.c``), or None on the torch route (same switch as the linears)."""
     return _kernel("rope", "ssd_rope")

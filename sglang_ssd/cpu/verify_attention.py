@@ -50,14 +50,19 @@ def verify_masks(spec_info, seq_lens: list[int], device) -> list[torch.Tensor]:
 def verify_attention(backend, q, k, v, layer, forward_batch, save_kv_cache: bool = True) -> torch.Tensor:
     """Attention for a TARGET_VERIFY batch; q/k/v are [num_tokens, heads * head_dim]. Through the C
     kernel where it applies (`attention.py`: bit-identical to the decode step's), else torch's SDPA."""
+    n = forward_batch.spec_info.draft_token_num
+    out = attention.fused_attention(backend, q, k, v, layer, forward_batch, n, tree_mask(forward_batch), False,
+                                    save_kv_cache)  # fmt: skip
+    if out is not None:
+        return out
     if save_kv_cache and k is not None and v is not None:
         from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 
         backend.token_to_kv_pool.set_kv_buffer(layer, KVWriteLoc(forward_batch.out_cache_loc, None), k, v)
     fn = attention.kernel_for(q, layer)
     if fn is not None:
-        out = attention.paged_attention(fn, backend, q, layer, forward_batch, forward_batch.spec_info.draft_token_num,
-                                        tree_mask(forward_batch), decode=False)  # fmt: skip
+        out = attention.paged_attention(fn, backend, q, layer, forward_batch, n, tree_mask(forward_batch),
+                                        decode=False)
         if out is not None:
             return out
     return torch_verify_attention(backend, q, layer, forward_batch)

@@ -26,6 +26,7 @@ import pytest
 import torch
 from torch.nn.functional import scaled_dot_product_attention
 
+from sglang_ssd.cpu import linear as cpu_linear
 from sglang_ssd.cpu import verify_attention as va
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -358,6 +359,53 @@ def cpu_engine_checks(patched_file: str) -> None:
     assert torch.equal(backend.token_to_kv_pool.k[layer.layer_id][fb.out_cache_loc], k.reshape(-1, KV_HEADS, HEAD_DIM))
     print("decode hook: ok")
 
+    # the same hooks on SGLang's own fp32 pool take the compiled entry (KV write + attention in one
+    # call) and give the bits of the ctypes path with SGLang's own KV write
+    if cpu_linear.attention_entry() is not None:
+        fused_pool_checks(real, layer)
+        print("fused pool: ok")
+
+
+def sglang_pool(rows: RowPool):
+    """SGLang's MHATokenToKVPool on the CPU holding the same K/V as ``rows``."""
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+
+    pool = MHATokenToKVPool(size=SLOTS - 1, page_size=1, dtype=torch.float32, head_num=KV_HEADS, head_dim=HEAD_DIM,
+                            layer_num=len(rows.k), device="cpu", enable_memory_saver=False)  # fmt: skip
+    for i, (k, v) in enumerate(zip(rows.k, rows.v)):
+        pool.get_key_buffer(i).copy_(k)
+        pool.get_value_buffer(i).copy_(v)
+    return pool
+
+
+def fused_pool_checks(real, layer) -> None:
+    from sglang_ssd.cpu import attention
+
+    kernel_call, entry = attention.paged_attention, cpu_linear.attention_entry
+    for name, n, mask, decode in (("decode", 1, None, True), ("chain", 4, None, False),
+                                  ("tree", 6, compact_tree_mask(TREE_PARENT), False)):  # fmt: skip
+        outs, pools = [], []
+        for fused in (True, False):
+            backend, q, k, v, layer, fb, _ = make_case(n, seed=8, custom_mask=mask)
+            if decode:
+                fb.seq_lens = fb.seq_lens + 1
+            k, v = k.view(-1, KV_HEADS, HEAD_DIM), v.view(-1, KV_HEADS, HEAD_DIM)  # as RadixAttention hands them
+            real.token_to_kv_pool, real.req_to_token_pool = sglang_pool(backend.token_to_kv_pool), backend.req_to_token_pool
+            assert attention.plain_pool(real.token_to_kv_pool), "SGLang's fp32 pool not recognised as plain"
+            used = []
+            attention.paged_attention = lambda *a, used=used, **kw: used.append(1) or kernel_call(*a, **kw)
+            cpu_linear.attention_entry = entry if fused else (lambda: None)
+            try:
+                step = real.forward_decode if decode else real.forward_extend
+                outs.append(step(q, k, v, layer, fb))
+            finally:
+                attention.paged_attention, cpu_linear.attention_entry = kernel_call, entry
+            assert bool(used) != fused, (name, fused, used)  # which path ran
+            pool = real.token_to_kv_pool
+            pools.append([pool.get_key_buffer(i).clone() for i in range(2)] + [pool.get_value_buffer(i).clone() for i in range(2)])
+        assert torch.equal(outs[0], outs[1]), name
+        assert all(torch.equal(a, b) for a, b in zip(*pools)), name
+
 
 @pytest.mark.slow  # ~7 s of CPU: the child imports SGLang's attention and memory-pool modules
 def test_patch_and_hook_match_verify_attention_in_sglang(tmp_path):
@@ -377,5 +425,8 @@ def test_patch_and_hook_match_verify_attention_in_sglang(tmp_path):
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
-    for name in ("chain", "tree", "tree-full-width", "hook", "decode hook"):
+    names = ["chain", "tree", "tree-full-width", "hook", "decode hook"]
+    if os.environ.get("SGLANG_SSD_CPU_LINEAR") != "torch":
+        names.append("fused pool")
+    for name in names:
         assert f"{name}: ok" in proc.stdout, proc.stdout

@@ -1,4 +1,5 @@
-// The compiled entry to the small-M linear (`linear.py`, "The CPU linear route" in the README).
+// The compiled entry to the small-M linear (`linear.py`, "The CPU linear route" in the README), and to
+// the paged attention with its KV write (`attention.py`).
 //
 // Through Python and ctypes a call spends about 5 us around the kernel: the route's checks, the
 // output allocation, the plan lookup and ctypes' argument conversion. For the 576x576 projection that
@@ -13,6 +14,8 @@
 #include <torch/extension.h>
 
 #include <ATen/Parallel.h>
+
+#include <cstring>
 
 namespace {
 
@@ -89,10 +92,109 @@ py::object linear(const at::Tensor &x, const at::Tensor &w, const c10::optional<
     return py::cast(y);
 }
 
+// ---- attention: the layer's KV write and the C attention (csrc/attention.c) in one call ----
+//
+// Why: in the server a layer's attention spent 70-90 us in Python around a 20-35 us kernel (SGLang's
+// KV write with its dtype, layout and bounds branches, then the argument checks and conversions of
+// attention.py), and Python runs slowly there: every step streams 540 MB of weights through the
+// caches. attention.py calls this only for SGLang's plain fp32 KV pool; anything this function does
+// not take returns None before anything is written, and attention.py takes the call.
+
+using AttentionKernel = int (*)(const float *q, long ldq, float *out, const float *k_cache, const float *v_cache,
+                                long pool_stride, const int32_t *req_to_token, long table_stride,
+                                const int64_t *req_rows, const int64_t *seq_lens, int lens_count_queries, long bs,
+                                long n, const uint8_t *mask, long heads, long kv_heads, long dim, float scale);
+
+AttentionKernel attention_kernel = nullptr;  // null: every call goes to attention.py
+
+void set_attention(int64_t fn) { attention_kernel = reinterpret_cast<AttentionKernel>(fn); }
+
+bool f32_cpu(const at::Tensor &t) { return t.is_cpu() && t.scalar_type() == at::kFloat; }
+
+at::Tensor as_int64(const at::Tensor &t) {
+    return t.scalar_type() == at::kLong && t.is_contiguous() ? t : t.to(at::kLong).contiguous();
+}
+
+// A pool of [slots, kv_heads, dim] rows the kernel reads in place (K and V alike).
+bool plain_pool(const at::Tensor &k_cache, const at::Tensor &v_cache) {
+    return f32_cpu(k_cache) && f32_cpu(v_cache) && k_cache.dim() == 3 && v_cache.sizes() == k_cache.sizes() &&
+           v_cache.strides() == k_cache.strides() && k_cache.stride(2) == 1 && k_cache.stride(1) == k_cache.size(2);
+}
+
+// Every request's table row exists and its positions fit the table: the kernel reads them unchecked.
+bool requests_fit(const at::Tensor &rows, const at::Tensor &lens, const at::Tensor &table, int64_t n, bool decode) {
+    const int64_t *r = rows.data_ptr<int64_t>(), *len = lens.data_ptr<int64_t>();
+    for (int64_t b = 0; b < rows.numel(); ++b) {
+        const int64_t prefix = len[b] - (decode ? n : 0);
+        if (r[b] < 0 || r[b] >= table.size(0) || prefix < 0 || prefix + n > table.size(1)) return false;
+    }
+    return true;
+}
+
+// k and v: T rows of [kv_heads * dim] into the pool rows at loc (T int64 slots); false (nothing written)
+// when a shape or a slot does not fit.
+bool write_kv(const at::Tensor &k, const at::Tensor &v, const at::Tensor &loc, at::Tensor &k_cache,
+              at::Tensor &v_cache) {
+    const at::Tensor slots = as_int64(loc);
+    const int64_t rows = slots.numel(), width = k_cache.size(1) * k_cache.size(2);
+    if (!f32_cpu(k) || !f32_cpu(v) || k.numel() != rows * width || v.numel() != rows * width) return false;
+    const int64_t *s = slots.data_ptr<int64_t>();
+    for (int64_t t = 0; t < rows; ++t)
+        if (s[t] < 0 || s[t] >= k_cache.size(0)) return false;
+    at::Tensor k2 = k.reshape({rows, width}), v2 = v.reshape({rows, width});
+    if (k2.stride(1) != 1) k2 = k2.contiguous();
+    if (v2.stride(1) != 1) v2 = v2.contiguous();
+    float *kc = k_cache.data_ptr<float>(), *vc = v_cache.data_ptr<float>();
+    const size_t bytes = sizeof(float) * static_cast<size_t>(width);
+    for (int64_t t = 0; t < rows; ++t) {
+        std::memcpy(kc + s[t] * k_cache.stride(0), k2.data_ptr<float>() + t * k2.stride(0), bytes);
+        std::memcpy(vc + s[t] * v_cache.stride(0), v2.data_ptr<float>() + t * v2.stride(0), bytes);
+    }
+    return true;
+}
+
+// q: [requests * n, heads * dim] rows; k/v/loc: this step's K/V and their slots (all three or none);
+// table: int32 token table, req_rows/seq_lens per request (any integer dtype); mask: uint8 [requests,
+// n, n] or None (causal chain). Returns the attention output, or None with nothing written.
+py::object attention(const at::Tensor &q, const c10::optional<at::Tensor> &k, const c10::optional<at::Tensor> &v,
+                     at::Tensor k_cache, at::Tensor v_cache, const c10::optional<at::Tensor> &loc,
+                     const at::Tensor &table, const at::Tensor &req_rows, const at::Tensor &seq_lens, int64_t n,
+                     int64_t heads, double scaling, bool decode, const c10::optional<at::Tensor> &mask) {
+    if (attention_kernel == nullptr || n < 1 || heads < 1 || !f32_cpu(q) || !plain_pool(k_cache, v_cache)) return py::none();
+    const int64_t kv_heads = k_cache.size(1), dim = k_cache.size(2);
+    if (kv_heads < 1 || heads % kv_heads || dim < 1 || q.numel() % (heads * dim)) return py::none();
+    if (!table.is_cpu() || table.scalar_type() != at::kInt || table.dim() != 2 || table.stride(1) != 1) return py::none();
+    const bool writes = k.has_value() && v.has_value() && loc.has_value();
+    if (!writes && (k.has_value() || v.has_value() || loc.has_value())) return py::none();
+    const at::Tensor rows = as_int64(req_rows), lens = as_int64(seq_lens);
+    const int64_t bs = rows.numel();
+    at::Tensor q2 = q.reshape({-1, heads * dim});
+    if (q2.stride(1) != 1) q2 = q2.contiguous();
+    if (lens.numel() != bs || q2.size(0) != bs * n || !requests_fit(rows, lens, table, n, decode)) return py::none();
+    if (mask.has_value() && (!mask->is_cpu() || mask->scalar_type() != at::kByte || !mask->is_contiguous() ||
+                             mask->numel() != bs * n * n))
+        return py::none();
+    if (writes && !write_kv(*k, *v, *loc, k_cache, v_cache)) return py::none();
+    at::Tensor out = at::empty({bs * n, heads * dim}, q.options());
+    int rc;
+    {
+        py::gil_scoped_release unlocked;
+        rc = attention_kernel(q2.data_ptr<float>(), q2.stride(0), out.data_ptr<float>(), k_cache.data_ptr<float>(),
+                              v_cache.data_ptr<float>(), k_cache.stride(0), table.data_ptr<int32_t>(), table.stride(0),
+                              rows.data_ptr<int64_t>(), lens.data_ptr<int64_t>(), decode ? 1 : 0, bs, n,
+                              mask.has_value() ? mask->data_ptr<uint8_t>() : nullptr, heads, kv_heads, dim,
+                              static_cast<float>(scaling));
+    }
+    // rc != 0: the kernel had no scratch memory; attention.py takes the call (writing the same K/V again)
+    return rc == 0 ? py::cast(out) : py::none();
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("set_kernels", &set_kernels, "the route's C kernels (addresses; 0 = none) and the row limit");
     m.def("linear", &linear, "the kernel's product, or None where linear.py must decide");
     m.def("follows", &follows, "record a plan as the successor of this thread's last product");
+    m.def("set_attention", &set_attention, "the route's C attention (address; 0 = none)");
+    m.def("attention", &attention, "KV write and paged attention, or None where attention.py must decide");
 }
