@@ -124,6 +124,9 @@ def snapshot(*, draft_servers: bool = False) -> dict:
                    ssd_width_verify_s=list(w.stats.width_verify_s),
                    ssd_width_verify_cpu_s=list(w.stats.width_verify_cpu_s))
         out["ssd_rounds"] = w.stats.rounds  # worker rounds (verify steps)
+        timers = getattr(w, "module_timers", None)  # the per-part diagnostic (module_timers.py), when on
+        if timers is not None:
+            out.update(timers.snapshot())
         out["ssd_k"] = w.k
         out["ssd_budget"] = w.config.budget
         out["ssd_mode"] = w.config.mode

@@ -30,7 +30,7 @@ from sglang.srt.speculative.base_spec_worker import BaseSpecWorker
 from sglang.srt.speculative.ngram_info import NgramVerifyInput
 from sglang.srt.speculative.spec_utils import move_accept_tokens_to_target_kvcache
 
-from sglang_ssd.target import metrics
+from sglang_ssd.target import metrics, module_timers
 from sglang_ssd.target.auto_k import AutoK
 from sglang_ssd.target.config import SSDConfig
 from sglang_ssd.target.draft_link import DraftLink
@@ -71,6 +71,8 @@ class SSDWorker(BaseSpecWorker):
         self._open_s = 0.0
         self.stats = metrics.SSDStats()
         self.enable_metrics = bool(getattr(server_args, "enable_metrics", False))
+        # the diagnostic per-part timers (module_timers.py), only when asked for
+        self.module_timers = module_timers.ModuleTimers(self.model_runner.model) if module_timers.enabled() else None
         metrics.register_worker(self)
         logger.info("SSD worker: K=%d, draft servers %s, mode %s", self.k, self.config.draft_endpoints,
                     self.config.mode)
@@ -101,6 +103,8 @@ class SSDWorker(BaseSpecWorker):
 
     def _forward_prefill(self, batch, on_publish, pp_proxy_tensors):
         self._last_step_end = 0.0  # the next decode step's gap would count this prefill
+        if self.module_timers is not None:
+            self.module_timers.width = 0
         result = self.target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors)
         bs = len(batch.reqs)
         predict = result.next_token_ids
@@ -185,6 +189,8 @@ class SSDWorker(BaseSpecWorker):
         every TP rank)."""
         d = chain.shape[1]
         clock.forward, clock.forward_cpu = time.perf_counter(), time.thread_time()
+        if self.module_timers is not None:
+            self.module_timers.width = d
         plain = d == 1 and not batch.return_logprob and not batch.has_grammar
         if plain:
             result = self._decode_forward(batch, chain, pp_proxy_tensors)
