@@ -48,11 +48,14 @@ def plain_pool(pool) -> bool:
 def fused_attention(backend, q, k, v, layer, forward_batch, n: int, mask: torch.Tensor | None, decode: bool,
                     save_kv_cache: bool) -> torch.Tensor | None:
     """The layer's KV write and attention in one compiled call (``csrc/entry.cpp``): the same copy
-    SGLang's plain pool makes and the same kernel, without their Python. None, with nothing written,
-    where it does not apply; the caller then takes the ctypes path."""
+    SGLang's plain pool makes and the same kernel, without their Python. None where it does not apply,
+    with nothing written (except when the kernel finds no scratch memory, after an identical write);
+    the caller then takes the ctypes path."""
     entry = cpu_linear.attention_entry()
     pool = backend.token_to_kv_pool
     if entry is None or kernel_for(q, layer) is None or not plain_pool(pool):
+        return None
+    if getattr(forward_batch, "encoder_lens", None) is not None:  # its table starts after the encoder's tokens
         return None
     write = save_kv_cache and k is not None and v is not None
     if write and getattr(backend, "swa_out_cache_loc", None) is not None:

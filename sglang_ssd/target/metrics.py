@@ -60,9 +60,9 @@ class SSDStats:
     hit_rounds: int = 0
     hit_link_s: float = 0.0
     hit_verify_s: float = 0.0
-    # Forward time by the round's chain width d (index d; K + 1 for full chains, 1 for a plain step).
-    # A fixed-K verify step is judged on its full-width rounds: the mean over all rounds mixes in the
-    # misses' shorter backup chains and plain steps.
+    # Forward time by the width d of the chain the forward ran (index d; K + 1 whenever anything was
+    # drafted, shorter speculations padded to it; 1 for a plain step). A fixed-K verify step is judged
+    # on its full-width rounds: the mean over all rounds mixes in the plain steps.
     width_rounds: list[int] = field(default_factory=list)
     width_verify_s: list[float] = field(default_factory=list)
     # The same forwards in the scheduler thread's CPU time, which leaves out time the thread spent off
@@ -70,7 +70,7 @@ class SSDStats:
     width_verify_cpu_s: list[float] = field(default_factory=list)
 
     def record_round(self, *, num_draft: list[int], accepted: list[int], verify_s: float, link_s: float,
-                     total_s: float, open_s: float = 0.0, math_s: float = 0.0, all_hits: bool = False,
+                     total_s: float, width: int, open_s: float = 0.0, math_s: float = 0.0, all_hits: bool = False,
                      verify_cpu_s: float = 0.0) -> None:
         self.rounds += 1
         self.drafted += sum(num_draft)
@@ -86,7 +86,6 @@ class SSDStats:
             self.hit_verify_s += verify_s
         self.math_s += math_s
         self.total_s += total_s
-        width = max(num_draft, default=0) + 1
         missing = width + 1 - len(self.width_rounds)
         if missing > 0:
             self.width_rounds += [0] * missing

@@ -232,7 +232,7 @@ class SSDWorker(BaseSpecWorker):
         used = [s for s in specs or [] if s is not None and len(s.tokens)]
         self.stats.record_round(
             num_draft=proposal.num_draft.tolist(), accepted=k_list, verify_s=clock.verified - clock.forward,
-            link_s=link_s, total_s=clock.end - clock.start, open_s=self._open_s,
+            link_s=link_s, width=d, total_s=clock.end - clock.start, open_s=self._open_s,
             math_s=clock.posted - clock.verified,
             all_hits=bool(used) and all(s.hit for s in used) and not self._open_s,
             verify_cpu_s=clock.verified_cpu - clock.forward_cpu,

@@ -82,6 +82,12 @@ def test_entry_reads_the_pool_without_writing_when_given_no_kv(entry):
     assert all(torch.equal(a, b) for a, b in zip(before, backend.token_to_kv_pool.k + backend.token_to_kv_pool.v))
 
 
+def _with(table: torch.Tensor, row: int, col: int, value: int) -> torch.Tensor:
+    out = table.clone()
+    out[row, col] = value
+    return out
+
+
 def _refusals(case):
     backend, q, k, v, layer, fb, _ = case
     table = backend.req_to_token_pool.req_to_token
@@ -100,7 +106,12 @@ def _refusals(case):
         "queries for another n": dict(n=3),
         "fp64 queries": dict(q=q.double()),
         "an int64 table": dict(table=table.long()),
-        "a bf16 pool": dict(k_cache=torch.zeros(80, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16)),
+        "a bf16 pool": dict(k_cache=torch.zeros(80, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16),
+                            v_cache=torch.zeros(80, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16)),
+        "a negative table row": dict(rows=torch.tensor([2, -1, 3])),
+        "a table slot past the pool": dict(table=_with(table, 2, 0, slots)),
+        "a negative table slot": dict(table=_with(table, 0, 1, -1)),
+        "K rows in another order": dict(k=k.reshape(-1, KV_HEADS, HEAD_DIM).transpose(0, 1)),
         "head counts that do not divide": dict(heads=3),
     }
 
@@ -116,11 +127,45 @@ def test_entry_refuses_what_does_not_fit_and_writes_nothing(entry, what):
     assert all(torch.equal(a, b) for a, b in zip(before, pool.k + pool.v)), what
 
 
-def test_fused_attention_leaves_pools_it_does_not_know_to_the_ctypes_path():
-    """The test pool is not SGLang's MHATokenToKVPool: the fused call declines, nothing written."""
+def test_a_decode_step_needs_its_own_token_in_the_lengths(entry):
+    case = make_case(1, seed=25)  # a decode call: its seq_lens count the new token, so 0 leaves it no room
+    case[5].seq_lens = torch.tensor([0, 8, 13])
+    pool = case[0].token_to_kv_pool
+    before = [t.clone() for t in pool.k + pool.v]
+    assert _call(entry, case, decode=True) is None
+    assert all(torch.equal(a, b) for a, b in zip(before, pool.k + pool.v))
+
+
+def test_strided_kv_views_are_written_as_sglang_writes_them(entry):
+    """K and V as RadixAttention hands them: [T, kv_heads, dim] views into one wider projection output."""
+    cases = [make_case(4, seed=26) for _ in range(2)]
+    backend, q, k, v, layer, fb, _ = cases[1]
+    wide = torch.cat([torch.randn(k.shape[0], 16), k, v], dim=1)  # q-like columns first, as qkv_proj gives
+    k_view = wide[:, 16 : 16 + k.shape[1]].view(-1, KV_HEADS, HEAD_DIM)
+    v_view = wide[:, 16 + k.shape[1] :].view(-1, KV_HEADS, HEAD_DIM)
+    assert not k_view.is_contiguous() and k_view.stride(0) == wide.shape[1]
+    want, want_pool = _ctypes_path(cases[0])
+    got = _call(entry, cases[1], k=k_view, v=v_view)
+    assert got is not None and torch.equal(got, want)
+    pool = backend.token_to_kv_pool
+    assert all(torch.equal(a, b) for a, b in zip(pool.k + pool.v, want_pool.k + want_pool.v))
+
+
+@pytest.mark.parametrize("why", ["not SGLang's pool", "an encoder-decoder batch", "a sliding-window pool"])
+def test_fused_attention_leaves_what_it_does_not_know_to_the_ctypes_path(entry, monkeypatch, why):
+    """The fused call declines, nothing written: the test pool is not SGLang's MHATokenToKVPool (and
+    for the other cases the test pretends it is)."""
     case = make_case(4, seed=24)
     backend, q, k, v, layer, fb, _ = case
-    before = [t.clone() for t in backend.token_to_kv_pool.k]
-    assert not attention.plain_pool(backend.token_to_kv_pool)
+    pool = backend.token_to_kv_pool
+    if why != "not SGLang's pool":
+        monkeypatch.setattr(attention, "plain_pool", lambda p: True)
+        assert attention.fused_attention(backend, q, k, v, layer, fb, 4, None, False, False) is not None
+    if why == "an encoder-decoder batch":
+        fb.encoder_lens = torch.tensor([2, 2, 2])
+    if why == "a sliding-window pool":
+        backend.swa_out_cache_loc = fb.out_cache_loc
+    before = [t.clone() for t in pool.k + pool.v]
+    assert why != "not SGLang's pool" or not attention.plain_pool(pool)
     assert attention.fused_attention(backend, q, k, v, layer, fb, 4, None, False, True) is None
-    assert all(torch.equal(a, b) for a, b in zip(before, backend.token_to_kv_pool.k))
+    assert all(torch.equal(a, b) for a, b in zip(before, pool.k + pool.v))

@@ -26,16 +26,19 @@ def test_window_without_rounds_is_empty_and_alpha_of_nothing_is_zero():
 
 def test_the_workers_summary_uses_the_same_alpha():
     s = metrics.SSDStats()
-    s.record_round(num_draft=[4, 4], accepted=[4, 1], verify_s=0.01, link_s=0.0, total_s=0.02)
+    s.record_round(num_draft=[4, 4], accepted=[4, 1], width=5, verify_s=0.01, link_s=0.0, total_s=0.02)
     assert s.summary()["ssd_alpha"] == metrics.alpha(5, 1)
 
 
 def test_rounds_are_counted_by_their_chain_width():
     s = metrics.SSDStats()
-    s.record_round(num_draft=[4, 2], accepted=[1, 2], verify_s=0.05, link_s=0.0, total_s=0.06, verify_cpu_s=0.04)
-    s.record_round(num_draft=[0], accepted=[0], verify_s=0.03, link_s=0.0, total_s=0.04,  # a plain step
+    s.record_round(num_draft=[4, 2], accepted=[1, 2], width=5, verify_s=0.05, link_s=0.0, total_s=0.06, verify_cpu_s=0.04)
+    s.record_round(num_draft=[0], accepted=[0], width=1, verify_s=0.03, link_s=0.0, total_s=0.04,  # a plain step
                    verify_cpu_s=0.025)
-    s.record_round(num_draft=[4], accepted=[4], verify_s=0.07, link_s=0.0, total_s=0.08, verify_cpu_s=0.06)
+    s.record_round(num_draft=[4], accepted=[4], width=5, verify_s=0.07, link_s=0.0, total_s=0.08, verify_cpu_s=0.06)
     assert s.width_rounds == [0, 1, 0, 0, 0, 2]
     assert [round(v, 9) for v in s.width_verify_s] == [0.0, 0.03, 0.0, 0.0, 0.0, 0.12]
     assert [round(v, 9) for v in s.width_verify_cpu_s] == [0.0, 0.025, 0.0, 0.0, 0.0, 0.1]
+    # a shorter speculation runs the padded full-width forward, and is counted there
+    s.record_round(num_draft=[2], accepted=[2], width=5, verify_s=0.01, link_s=0.0, total_s=0.02)
+    assert s.width_rounds == [0, 1, 0, 0, 0, 3]

@@ -98,7 +98,7 @@ py::object linear(const at::Tensor &x, const at::Tensor &w, const c10::optional<
 // KV write with its dtype, layout and bounds branches, then the argument checks and conversions of
 // attention.py), and Python runs slowly there: every step streams 540 MB of weights through the
 // caches. attention.py calls this only for SGLang's plain fp32 KV pool; anything this function does
-// not take returns None before anything is written, and attention.py takes the call.
+// not take returns None before anything is written (but see rc below), and attention.py takes the call.
 
 using AttentionKernel = int (*)(const float *q, long ldq, float *out, const float *k_cache, const float *v_cache,
                                 long pool_stride, const int32_t *req_to_token, long table_stride,
@@ -121,12 +121,18 @@ bool plain_pool(const at::Tensor &k_cache, const at::Tensor &v_cache) {
            v_cache.strides() == k_cache.strides() && k_cache.stride(2) == 1 && k_cache.stride(1) == k_cache.size(2);
 }
 
-// Every request's table row exists and its positions fit the table: the kernel reads them unchecked.
-bool requests_fit(const at::Tensor &rows, const at::Tensor &lens, const at::Tensor &table, int64_t n, bool decode) {
+// Every request's table row exists, its positions fit the table, and every slot the kernel will read
+// is a pool row: the kernel reads them all unchecked.
+bool requests_fit(const at::Tensor &rows, const at::Tensor &lens, const at::Tensor &table, int64_t n, bool decode,
+                  int64_t slots) {
     const int64_t *r = rows.data_ptr<int64_t>(), *len = lens.data_ptr<int64_t>();
+    const int32_t *t = table.data_ptr<int32_t>();
     for (int64_t b = 0; b < rows.numel(); ++b) {
         const int64_t prefix = len[b] - (decode ? n : 0);
         if (r[b] < 0 || r[b] >= table.size(0) || prefix < 0 || prefix + n > table.size(1)) return false;
+        const int32_t *row = t + r[b] * table.stride(0);
+        for (int64_t j = 0; j < prefix + n; ++j)
+            if (row[j] < 0 || row[j] >= slots) return false;
     }
     return true;
 }
@@ -135,9 +141,13 @@ bool requests_fit(const at::Tensor &rows, const at::Tensor &lens, const at::Tens
 // when a shape or a slot does not fit.
 bool write_kv(const at::Tensor &k, const at::Tensor &v, const at::Tensor &loc, at::Tensor &k_cache,
               at::Tensor &v_cache) {
+    if (!loc.is_cpu()) return false;
     const at::Tensor slots = as_int64(loc);
     const int64_t rows = slots.numel(), width = k_cache.size(1) * k_cache.size(2);
-    if (!f32_cpu(k) || !f32_cpu(v) || k.numel() != rows * width || v.numel() != rows * width) return false;
+    // one row per slot, as SGLang's `k_cache[loc] = k` takes them ([T, kv_heads, dim] or [T, kv_heads * dim])
+    if (!f32_cpu(k) || !f32_cpu(v) || k.dim() < 1 || v.dim() < 1 || k.size(0) != rows || v.size(0) != rows ||
+        k.numel() != rows * width || v.numel() != rows * width)
+        return false;
     const int64_t *s = slots.data_ptr<int64_t>();
     for (int64_t t = 0; t < rows; ++t)
         if (s[t] < 0 || s[t] >= k_cache.size(0)) return false;
@@ -166,16 +176,18 @@ py::object attention(const at::Tensor &q, const c10::optional<at::Tensor> &k, co
     if (!table.is_cpu() || table.scalar_type() != at::kInt || table.dim() != 2 || table.stride(1) != 1) return py::none();
     const bool writes = k.has_value() && v.has_value() && loc.has_value();
     if (!writes && (k.has_value() || v.has_value() || loc.has_value())) return py::none();
+    if (!req_rows.is_cpu() || !seq_lens.is_cpu()) return py::none();
     const at::Tensor rows = as_int64(req_rows), lens = as_int64(seq_lens);
     const int64_t bs = rows.numel();
     at::Tensor q2 = q.reshape({-1, heads * dim});
     if (q2.stride(1) != 1) q2 = q2.contiguous();
-    if (lens.numel() != bs || q2.size(0) != bs * n || !requests_fit(rows, lens, table, n, decode)) return py::none();
+    if (lens.numel() != bs || q2.size(0) != bs * n || !requests_fit(rows, lens, table, n, decode, k_cache.size(0)))
+        return py::none();
     if (mask.has_value() && (!mask->is_cpu() || mask->scalar_type() != at::kByte || !mask->is_contiguous() ||
                              mask->numel() != bs * n * n))
         return py::none();
-    if (writes && !write_kv(*k, *v, *loc, k_cache, v_cache)) return py::none();
     at::Tensor out = at::empty({bs * n, heads * dim}, q.options());
+    if (writes && !write_kv(*k, *v, *loc, k_cache, v_cache)) return py::none();
     int rc;
     {
         py::gil_scoped_release unlocked;
@@ -185,7 +197,8 @@ py::object attention(const at::Tensor &q, const c10::optional<at::Tensor> &k, co
                               mask.has_value() ? mask->data_ptr<uint8_t>() : nullptr, heads, kv_heads, dim,
                               static_cast<float>(scaling));
     }
-    // rc != 0: the kernel had no scratch memory; attention.py takes the call (writing the same K/V again)
+    // rc != 0 (the kernel had no scratch memory) is the one refusal after the write: attention.py then
+    // takes the call and writes the same K/V again
     return rc == 0 ? py::cast(out) : py::none();
 }
 
