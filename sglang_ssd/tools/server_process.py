@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -27,8 +28,24 @@ CPU_SERVER_ARGS = (
 )  # fmt: skip
 
 
-def free_port() -> int:
-    with socket.socket() as s:
+def free_port(low: int = 10000, high: int = 21999) -> int:
+    """A free loopback port for a server to bind later, from below the kernel's ephemeral range (and
+    below the 22000-29999 SGLang picks its own such ports from). A port from bind(0) is an ephemeral one,
+    which the kernel may hand to any outgoing connection or bind(0) of the server's own startup before
+    the server binds it: seen as "address already in use" on the HTTP port, in a sweep and in a test."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            high = min(high, int(f.read().split()[0]) - 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    for port in random.sample(range(low, high + 1), min(64, max(high - low + 1, 0))):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # nothing free down there: an ephemeral port, as before
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
