@@ -177,7 +177,7 @@ def _library() -> ctypes.CDLL | None:
         lib.ssd_linear_avx512.argtypes = [ctypes.c_int]
         lib.ssd_linear_avx512.restype = ctypes.c_int
         p, n = ctypes.c_void_p, ctypes.c_long
-        for name in ("ssd_attention_avx2", "ssd_attention_portable"):
+        for name in ("ssd_attention_avx2", "ssd_attention_avx2_pairwise", "ssd_attention_portable"):
             fn = getattr(lib, name)
             fn.argtypes = [p, n, p, p, p, n, p, n, p, p, ctypes.c_int, n, n, p, n, n, n, ctypes.c_float]
             fn.restype = ctypes.c_int

@@ -146,3 +146,35 @@ def test_decode_hook_falls_back_where_the_kernel_does_not_apply(monkeypatch):
     if cpu_linear.route() != "torch":
         assert attention.forward_decode_hook(original, backend, q, k, v, layer, fb, False) == "original"
         assert calls[-1][6] is False
+
+
+@pytest.mark.skipif("avx2" not in LIB_ROUTES, reason="no AVX2 route on this CPU")
+def test_grouped_pairs_give_the_bits_of_one_pair_at_a_time():
+    """The AVX2 route runs every pair that reads one kv head (grouped query heads x the tokens of a
+    verify) together, sharing the key and value reads; each pair must keep the bits it gets alone: random
+    head groupings, head sizes with a 8-float tail, chains and trees, decode and verify lengths, prefixes
+    around the 8-key blocks, strided queries, and more pairs than one pass holds (n x G > 24)."""
+    grouped, alone = _fn("avx2"), _fn("avx2_pairwise")
+    gen = torch.Generator().manual_seed(17)
+
+    def pick(options):
+        return options[int(torch.randint(len(options), (1,), generator=gen))]
+
+    for _ in range(60):
+        dim, kv_heads, group = pick([8, 24, 40, 64, 64]), pick([1, 2, 3]), pick([1, 2, 3, 4])
+        heads, n, bs = kv_heads * group, pick([1, 2, 5, 9, 16]), pick([1, 2, 3])
+        k_cache, v_cache = torch.randn(400, kv_heads, dim, generator=gen), torch.randn(400, kv_heads, dim, generator=gen)
+        table = torch.stack([torch.randperm(400, generator=gen) for _ in range(4)]).to(torch.int32)
+        rows = torch.randperm(4, generator=gen)[:bs].to(torch.int64)
+        prefix = [pick([0, 1, 7, 8, 9, 33, 200]) for _ in range(bs)]
+        decode = bool(pick([0, 1]))
+        lens = torch.tensor([p + (n if decode else 0) for p in prefix], dtype=torch.int64)
+        mask = None
+        if n > 1 and pick([0, 1]):
+            mask = (torch.rand(bs, n, n, generator=gen) < 0.6).to(torch.uint8)
+            mask.diagonal(dim1=1, dim2=2).fill_(1)
+        q = torch.randn(bs * n, heads * dim + 8, generator=gen)[:, : heads * dim]  # a strided query
+        args = (q, k_cache, v_cache, table, rows, lens, n, kv_heads, dim**-0.5)
+        a = attention.attend(grouped, *args, decode=decode, mask=mask)
+        b = attention.attend(alone, *args, decode=decode, mask=mask)
+        assert a is not None and torch.equal(a, b), (dim, kv_heads, group, n, bs, prefix, decode, mask is not None)
