@@ -29,8 +29,7 @@ from sglang_ssd.tools.server_process import CPU_SERVER_ARGS, SGLangServer  # noq
 
 SIDES = {"plain": ("ssd_k0", 1), "verify": ("sd", 5)}  # side -> (sweep configuration, chain width)
 # the parts in the table, in forward order (module_timers' names); the linears are what the kernel runs
-PARTS = ["model", "layers", "layer", "norm_in", "self_attn", "qkv", "rope", "attention", "o", "norm_post", "mlp",
-         "gate_up", "act", "down", "logits"]  # fmt: skip
+PARTS = ["model", "layers", *module_timers.LAYER_PARTS, "logits"]
 LINEARS = ("qkv", "o", "gate_up", "down")
 LEAVES = ("norm_in", "qkv", "rope", "attention", "o", "norm_post", "gate_up", "act", "down", "logits")
 

@@ -499,6 +499,21 @@ def rope_kernel():
     return _kernel("rope", "ssd_rope")
 
 
+def rope_entry():
+    """The compiled entry's rotary embedding (``csrc/entry.cpp``), or None (torch route, no entry): then
+    ``rope.py`` calls the same kernel through ctypes."""
+    fast = _state.get("rope_entry", _UNRESOLVED)
+    if fast is _UNRESOLVED:
+        fn = rope_kernel()
+        entry = _entry() if fn is not None else None
+        fast = None
+        if entry is not None:
+            entry.set_rope(_address(fn))
+            fast = entry.rope
+        _state["rope_entry"] = fast
+    return fast
+
+
 def rmsnorm_kernel():
     """The C RMSNorm (``csrc/rmsnorm.c``), or None on the torch route (same switch as the linears)."""
     return _kernel("rmsnorm", "ssd_rmsnorm")

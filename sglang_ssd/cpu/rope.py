@@ -8,7 +8,8 @@ only the time it takes.
 
 An AROUND hook on ``forward_native``; the kernel runs where it applies (fp32 CPU q/k and cache, the
 plain ``apply_rotary_emb``, no position offsets, no precomputed per-batch cache) and SGLang's code
-runs everywhere else. Same switch as the linear route: ``SGLANG_SSD_CPU_LINEAR=torch`` turns it off.
+runs everywhere else. The kernel is called through the compiled entry (``csrc/entry.cpp``: same
+checks, made in C++) where it is built, through ctypes otherwise. Same switch as the linear route: ``SGLANG_SSD_CPU_LINEAR=torch`` turns it off.
 """
 
 from __future__ import annotations
@@ -32,14 +33,19 @@ def plain(emb) -> bool:
     )  # fmt: skip
 
 
-def applies(emb, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor) -> bool:
-    """Whether the kernel computes exactly what ``emb.forward_native`` would, for this call."""
+def plain_once(emb) -> bool:
+    """``plain(emb)``, decided on the first call and kept on the module."""
     static = emb.__dict__.get("_ssd_rope_plain")
     if static is None:
         static = emb.__dict__["_ssd_rope_plain"] = plain(emb)
+    return static
+
+
+def applies(emb, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor) -> bool:
+    """Whether the kernel computes exactly what ``emb.forward_native`` would, for this call."""
     cache, head = emb.cos_sin_cache, emb.head_size  # the cache may be regrown between calls
     return (
-        static and query.is_cpu and key.is_cpu and query.dtype is torch.float32 and key.dtype is torch.float32
+        plain_once(emb) and query.is_cpu and key.is_cpu and query.dtype is torch.float32 and key.dtype is torch.float32
         and cache.is_cpu and cache.dtype is torch.float32 and cache.dim() == 2 and cache.stride(1) == 1
         and cache.shape[1] == emb.rotary_dim and query.shape[-1] % head == 0 and key.shape[-1] % head == 0
         and query.numel() // query.shape[-1] == positions.numel() == key.numel() // key.shape[-1]
@@ -48,7 +54,13 @@ def applies(emb, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor
 
 def forward_native_hook(original, emb, positions, query, key, offsets=None, fused_set_kv_buffer_arg=None,
                         **kwargs):  # fmt: skip
-    fn = cpu_linear.rope_kernel() if offsets is None and fused_set_kv_buffer_arg is None and not kwargs else None
+    simple = offsets is None and fused_set_kv_buffer_arg is None and not kwargs
+    entry = cpu_linear.rope_entry() if simple and plain_once(emb) else None
+    if entry is not None:  # the same kernel from C++, which checks the tensors itself (ctypes: 25-35 us more)
+        out = entry(positions, query, key, emb.cos_sin_cache, emb.head_size, emb.rotary_dim, bool(emb.is_neox_style))
+        if out is not None:
+            return out
+    fn = cpu_linear.rope_kernel() if simple else None
     if fn is None or not applies(emb, positions, query, key):
         return original(emb, positions, query, key, offsets, fused_set_kv_buffer_arg, **kwargs)
     q2, ldq = cpu_linear.rows_of(query)

@@ -30,11 +30,17 @@ def qk_slices(tokens: int, heads: int, kv_heads: int, head: int, g: torch.Genera
     return q, k
 
 
+VIAS = ["entry", "ctypes"] if cpu_linear.rope_entry() is not None else ["ctypes"]
+
+
+@pytest.mark.parametrize("via", VIAS)
 @pytest.mark.parametrize("neox", [True, False])
 @pytest.mark.parametrize("rot", [64, 32])
-def test_the_kernel_gives_the_native_paths_bits(make_emb, neox, rot):
+def test_the_kernel_gives_the_native_paths_bits(make_emb, monkeypatch, neox, rot, via):
     from sglang.srt.layers.rotary_embedding.base import RotaryEmbedding
 
+    if via == "ctypes":  # the same kernel without the compiled entry
+        monkeypatch.setattr(cpu_linear, "rope_entry", lambda: None)
     emb = make_emb(64, rot, neox)
     g = torch.Generator().manual_seed(rot + neox)
     for tokens in (1, 2, 5, 16, 40):
@@ -73,3 +79,26 @@ def test_what_the_kernel_does_not_take_goes_to_sglangs_code(make_emb):
     assert len(calls) == 2
     half = rope.forward_native_hook(native, emb, pos, q.to(torch.float64), k.to(torch.float64))
     assert len(calls) == 3 and half[0].dtype == torch.float64
+
+
+@pytest.mark.skipif("entry" not in VIAS, reason="the compiled entry is not built here")
+def test_the_entry_refuses_what_it_does_not_take(make_emb):
+    """None, nothing computed, for every call the kernel would read wrongly; rope.py then decides."""
+    emb = make_emb(64, 64, True, max_pos=64)
+    entry, cache = cpu_linear.rope_entry(), emb.cos_sin_cache
+    g = torch.Generator().manual_seed(2)
+    q, k = qk_slices(3, 9, 3, 64, g)
+    pos = torch.tensor([1, 2, 3])
+    assert entry(pos, q, k, cache, 64, 64, True) is not None
+    for args in (
+        (pos, q.double(), k, cache, 64, 64, True),  # dtype
+        (pos, q, k[:, :100], cache, 64, 64, True),  # a width that is not whole heads
+        (pos[:2], q, k, cache, 64, 64, True),  # fewer positions than rows
+        (pos, q, k, cache[:, :32], 64, 64, True),  # a cache row that is not rot wide
+        (pos, q, k, cache.t(), 64, 64, True),  # a strided cache
+        (pos, q, k, cache, 64, 66, True),  # rot > head
+        (pos, q, k, cache, 64, 63, True),  # odd rot
+        (torch.tensor([1, 64, 3]), q, k, cache, 64, 64, True),  # a position past the cache
+        (torch.tensor([1, -1, 3]), q, k, cache, 64, 64, True),  # a negative position
+    ):
+        assert entry(*args) is None

@@ -1,5 +1,5 @@
-// The compiled entry to the small-M linear (`linear.py`, "The CPU linear route" in the README), and to
-// the paged attention with its KV write (`attention.py`).
+// The compiled entry to the small-M linear (`linear.py`, "The CPU linear route" in the README), to
+// the paged attention with its KV write (`attention.py`), and to the rotary embedding (`rope.py`).
 //
 // Through Python and ctypes a call spends about 5 us around the kernel: the route's checks, the
 // output allocation, the plan lookup and ctypes' argument conversion. For the 576x576 projection that
@@ -202,6 +202,46 @@ py::object attention(const at::Tensor &q, const c10::optional<at::Tensor> &k, co
     return rc == 0 ? py::cast(out) : py::none();
 }
 
+// ---- rotary embedding: csrc/rope.c on q and k in one call ----
+//
+// Why: the kernel takes a few microseconds a layer, the ctypes call around it (sixteen converted
+// arguments, the position and output tensors made in Python) 25-35 us in the server. rope.py calls
+// this only for an embedding it has found plain; anything else here returns None and rope.py decides.
+
+using RopeKernel = int (*)(const float *q, long ldq, const float *k, long ldk, float *oq, float *ok, const int64_t *pos,
+                           long tokens, long q_heads, long k_heads, long head, long rot, int neox, const float *cache,
+                           long ld_cache, long n_cache);
+
+RopeKernel rope_kernel = nullptr;  // null: every call goes to rope.py
+
+void set_rope(int64_t fn) { rope_kernel = reinterpret_cast<RopeKernel>(fn); }
+
+// [tokens, heads * head] rows with unit column stride, read in place; an undefined tensor if x is not.
+at::Tensor rope_rows(const at::Tensor &x, int64_t tokens, int64_t head) {
+    if (!f32_cpu(x) || x.dim() < 1 || x.size(-1) % head || x.numel() != tokens * x.size(-1)) return at::Tensor();
+    at::Tensor x2 = (x.dim() == 2 && x.stride(1) == 1) ? x : x.reshape({tokens, x.size(-1)});
+    return x2.stride(1) == 1 ? x2 : x2.contiguous();
+}
+
+// Returns (q, k) rotated, new contiguous tensors of the inputs' shapes, or None with nothing done.
+py::object rope(const at::Tensor &positions, const at::Tensor &query, const at::Tensor &key, const at::Tensor &cache,
+                int64_t head, int64_t rot, bool neox) {
+    if (rope_kernel == nullptr || head < 1 || rot < 2 || rot % 2 || rot > head || !positions.is_cpu()) return py::none();
+    if (!f32_cpu(cache) || cache.dim() != 2 || cache.stride(1) != 1 || cache.size(1) != rot) return py::none();
+    const int64_t tokens = positions.numel();
+    const at::Tensor q2 = rope_rows(query, tokens, head), k2 = rope_rows(key, tokens, head);
+    if (!q2.defined() || !k2.defined()) return py::none();
+    const at::Tensor pos = as_int64(positions.reshape({-1}));
+    at::Tensor oq = at::empty(query.sizes(), query.options()), ok = at::empty(key.sizes(), key.options());
+    const int rc = rope_kernel(q2.data_ptr<float>(), q2.stride(0), k2.data_ptr<float>(), k2.stride(0),
+                               oq.data_ptr<float>(), ok.data_ptr<float>(), pos.data_ptr<int64_t>(), tokens,
+                               q2.size(1) / head, k2.size(1) / head, head, rot, neox ? 1 : 0, cache.data_ptr<float>(),
+                               cache.stride(0), cache.size(0));
+    // rc != 0: a position outside the cache; SGLang's own code raises or grows the cache
+    if (rc != 0) return py::none();
+    return py::make_tuple(oq, ok);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -210,4 +250,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("follows", &follows, "record a plan as the successor of this thread's last product");
     m.def("set_attention", &set_attention, "the route's C attention (address; 0 = none)");
     m.def("attention", &attention, "KV write and paged attention, or None where attention.py must decide");
+    m.def("set_rope", &set_rope, "the route's C rotary embedding (address; 0 = none)");
+    m.def("rope", &rope, "q and k rotated, or None where rope.py must decide");
 }
