@@ -1,12 +1,12 @@
 """Serving SGLang on plain CPUs: kernel stand-ins, a TARGET_VERIFY path for torch attention, and
 the small-M linear route (`linear.py`), the rotary embedding and the RMSNorm in C (`rope.py`,
-`rmsnorm.py`)."""
+`rmsnorm.py`), SiLU-and-mul without SGLang's Python around it (`silu_mul.py`)."""
 
 
 def install_cpu_support() -> None:
     """Idempotent: stand-ins for missing kernel packages, the verify and decode attention hooks, the linear
-    route, the rotary embedding, the RMSNorm."""
-    from sglang_ssd.cpu import attention, linear_hooks, rmsnorm, rope, verify_attention
+    route, the rotary embedding, the RMSNorm, SiLU-and-mul."""
+    from sglang_ssd.cpu import attention, linear_hooks, rmsnorm, rope, silu_mul, verify_attention
     from sglang_ssd.cpu.stand_ins import install
 
     install()
@@ -15,3 +15,4 @@ def install_cpu_support() -> None:
     linear_hooks.register()
     rope.register()
     rmsnorm.register()
+    silu_mul.register()

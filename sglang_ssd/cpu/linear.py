@@ -514,6 +514,16 @@ def rope_entry():
     return fast
 
 
+def silu_mul_entry():
+    """The compiled entry's SiLU-and-mul (``csrc/entry.cpp``: SGLang's two ATen calls from C++), or None
+    (torch route, no entry): then SGLang's own ``forward_native`` runs."""
+    fast = _state.get("silu_mul_entry", _UNRESOLVED)
+    if fast is _UNRESOLVED:
+        entry = _entry() if route() != "torch" else None
+        fast = _state["silu_mul_entry"] = None if entry is None else entry.silu_mul
+    return fast
+
+
 def rmsnorm_kernel():
     """The C RMSNorm (``csrc/rmsnorm.c``), or None on the torch route (same switch as the linears)."""
     return _kernel("rmsnorm", "ssd_rmsnorm")
