@@ -479,19 +479,29 @@ def attention_kernel():
     return _kernel("attention", "ssd_attention_{route}")
 
 
-def attention_entry():
-    """The compiled entry's KV write + attention (``csrc/entry.cpp``), or None (torch route, no entry):
-    then ``attention.py`` runs the same kernel through ctypes, with SGLang's own KV write."""
-    fast = _state.get("attention_entry", _UNRESOLVED)
+def _entry_function(name: str, kernel=None):
+    """The compiled entry's function ``name`` (``csrc/entry.cpp``), looked up once per process; None on
+    the torch route or without the entry. ``kernel``: the accessor of the route's C function that the
+    entry calls, handed to it once through ``set_<name>`` (none for an entry that calls ATen only)."""
+    key = f"{name}_entry"
+    fast = _state.get(key, _UNRESOLVED)
     if fast is _UNRESOLVED:
-        fn = attention_kernel()
-        entry = _entry() if fn is not None else None
+        fn = kernel() if kernel is not None else None
+        usable = fn is not None if kernel is not None else route() != "torch"
+        entry = _entry() if usable else None
         fast = None
         if entry is not None:
-            entry.set_attention(_address(fn))
-            fast = entry.attention
-        _state["attention_entry"] = fast
+            if fn is not None:
+                getattr(entry, f"set_{name}")(_address(fn))
+            fast = getattr(entry, name)
+        _state[key] = fast
     return fast
+
+
+def attention_entry():
+    """The compiled entry's KV write + attention, or None (torch route, no entry): then ``attention.py``
+    runs the same kernel through ctypes, with SGLang's own KV write."""
+    return _entry_function("attention", attention_kernel)
 
 
 def rope_kernel():
@@ -500,28 +510,15 @@ def rope_kernel():
 
 
 def rope_entry():
-    """The compiled entry's rotary embedding (``csrc/entry.cpp``), or None (torch route, no entry): then
-    ``rope.py`` calls the same kernel through ctypes."""
-    fast = _state.get("rope_entry", _UNRESOLVED)
-    if fast is _UNRESOLVED:
-        fn = rope_kernel()
-        entry = _entry() if fn is not None else None
-        fast = None
-        if entry is not None:
-            entry.set_rope(_address(fn))
-            fast = entry.rope
-        _state["rope_entry"] = fast
-    return fast
+    """The compiled entry's rotary embedding, or None (torch route, no entry): then ``rope.py`` calls the
+    same kernel through ctypes."""
+    return _entry_function("rope", rope_kernel)
 
 
 def silu_mul_entry():
-    """The compiled entry's SiLU-and-mul (``csrc/entry.cpp``: SGLang's two ATen calls from C++), or None
-    (torch route, no entry): then SGLang's own ``forward_native`` runs."""
-    fast = _state.get("silu_mul_entry", _UNRESOLVED)
-    if fast is _UNRESOLVED:
-        entry = _entry() if route() != "torch" else None
-        fast = _state["silu_mul_entry"] = None if entry is None else entry.silu_mul
-    return fast
+    """The compiled entry's SiLU-and-mul (SGLang's two ATen calls from C++), or None (torch route, no
+    entry): then SGLang's own ``forward_native`` runs."""
+    return _entry_function("silu_mul")
 
 
 def rmsnorm_kernel():
