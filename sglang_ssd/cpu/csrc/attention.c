@@ -94,20 +94,30 @@ static void pair_portable(const pair_ctx *c, const float *q, long i, long g, flo
 typedef void (*pair_fn)(const pair_ctx *, const float *, long, long, float *, float *);
 
 /* Returns 0, or -1 when its scratch memory cannot be had (the caller then falls back to torch). */
-static int attention(const float *q, long ldq, float *out, const float *k_cache, const float *v_cache,
-                     long pool_stride, const int32_t *req_to_token, long table_stride, const int64_t *req_rows,
-                     const int64_t *seq_lens, int lens_count_queries, long bs, long n, const uint8_t *mask,
-                     long heads, long kv_heads, long D, float scale, pair_fn pair) {
-    long G = heads / kv_heads, longest = 0;
+/* The most keys any request of the batch has (its prefix and its n query tokens). */
+static long longest_request(const int64_t *seq_lens, int lens_count_queries, long bs, long n) {
+    long longest = 0;
     for (long b = 0; b < bs; ++b) {
         long L = seq_lens[b] + (lens_count_queries ? 0 : n);
         longest = L > longest ? L : longest;
     }
-    float *score = malloc(sizeof(float) * (size_t)(longest + 8));
+    return longest;
+}
+
+/* What every pair of request b needs (both drivers below). */
+#define REQUEST_CTX(b)                                                                                     \
+    {k_cache, v_cache, pool_stride, D, req_to_token + req_rows[b] * table_stride,                         \
+     seq_lens[b] - (lens_count_queries ? n : 0), n, b, mask, scale}
+
+static int attention(const float *q, long ldq, float *out, const float *k_cache, const float *v_cache,
+                     long pool_stride, const int32_t *req_to_token, long table_stride, const int64_t *req_rows,
+                     const int64_t *seq_lens, int lens_count_queries, long bs, long n, const uint8_t *mask,
+                     long heads, long kv_heads, long D, float scale, pair_fn pair) {
+    long G = heads / kv_heads;
+    float *score = malloc(sizeof(float) * (size_t)(longest_request(seq_lens, lens_count_queries, bs, n) + 8));
     if (!score) return -1;
     for (long b = 0; b < bs; ++b) {
-        pair_ctx c = {k_cache, v_cache, pool_stride, D, req_to_token + req_rows[b] * table_stride,
-                      seq_lens[b] - (lens_count_queries ? n : 0), n, b, mask, scale};
+        pair_ctx c = REQUEST_CTX(b);
         for (long i = 0; i < n; ++i)
             for (long h = 0; h < heads; ++h)
                 pair(&c, q + (b * n + i) * ldq + h * D, i, h / G, score, out + ((b * n + i) * heads + h) * D);
@@ -252,8 +262,8 @@ AVX2 static inline __attribute__((always_inline)) void value_tile(const pair_ctx
 #define TILE_PAIRS 6 /* pairs per value tile: 6 x 2 accumulators, 2 value vectors and a weight fill 15 registers */
 
 /* `rp` pairs that read kv head g of one request: query token qi[r], its row q[r], its output out[r].
- * Each pair gets exactly the operations pair_avx2 gives it (the same functions, in the same order per
- * element); the pairs only share the reads of the keys and values: each key row is read from memory
+ * Each pair gets exactly the operations it gets alone (rp = 1, pair_avx2): the same functions, in the
+ * same order per element; the pairs only share the reads of the keys and values: each key row is read from memory
  * once for all of them, not once per pair (grouped-query heads and the tokens of a verify read the
  * same kv head). */
 AVX2 static void group_avx2(const pair_ctx *c, long g, long rp, const long *qi, const float *const *q,
@@ -296,17 +306,12 @@ AVX2 static void pair_avx2(const pair_ctx *c, const float *q, long i, long g, fl
 /* The grouped route: per request and kv head, its pairs (heads / kv_heads query heads x n tokens) in
  * passes of up to PAIRS_MAX. Returns 0, or -1 without scratch memory. */
 AVX2 static int attention_grouped(ATTENTION_ARGS) {
-    long G = heads / kv_heads, longest = 0;
-    for (long b = 0; b < bs; ++b) {
-        long L = seq_lens[b] + (lens_count_queries ? 0 : n);
-        longest = L > longest ? L : longest;
-    }
+    long G = heads / kv_heads, longest = longest_request(seq_lens, lens_count_queries, bs, n);
     long ls = (longest + 7) / 8 * 8 + 8, per = n * G < PAIRS_MAX ? n * G : PAIRS_MAX;
     float *score = malloc(sizeof(float) * (size_t)(ls * per));
     if (!score) return -1;
     for (long b = 0; b < bs; ++b) {
-        pair_ctx c = {k_cache, v_cache, pool_stride, D, req_to_token + req_rows[b] * table_stride,
-                      seq_lens[b] - (lens_count_queries ? n : 0), n, b, mask, scale};
+        pair_ctx c = REQUEST_CTX(b);
         for (long g = 0; g < kv_heads; ++g)
             for (long r0 = 0; r0 < n * G; r0 += per) {
                 long rp = n * G - r0 < per ? n * G - r0 : per, qi[PAIRS_MAX];
