@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A/B three compile-time variants of the kernel: bench/kernel_ab.sh "FLAGS0" "FLAGS1" "FLAGS2" [REPEATS] [MAX_M] [CHAIN]
+# A/B three compile-time variants of the kernel: bench/kernel_ab.sh "FLAGS0" "FLAGS1" "FLAGS2" [REPEATS] [MAX_M] [CHAIN] [SHAPE]
 # e.g. bench/kernel_ab.sh "" "-DLEAD=2" "-DPF_HINT=_MM_HINT_T0" 11 6   (the macros are at the top of linear.c)
 # Run it on a quiet machine: the three variants share the memory bus with everything else.
 set -euo pipefail
@@ -16,4 +16,4 @@ for v in 0 1 2; do
     echo "v$v: ${flags[$v]:-(default)}"
 done
 gcc -O2 "$here/csrc/kernel_ab.c" "$tmp"/l0.o "$tmp"/l1.o "$tmp"/l2.o -o "$tmp/kernel_ab"
-"$tmp/kernel_ab" "${4:-9}" "${5:-8}" "${6:-1}"
+"$tmp/kernel_ab" "${4:-9}" "${5:-8}" "${6:-1}" ${7:+"$7"}

@@ -7,7 +7,8 @@
  * be: every variant keeps the same reduction chain per element). With CHAIN = 1 (the default) each
  * call is told the next copy as the product that follows it, as the route does inside a forward
  * (its first group of panels is prefetched while this call computes); CHAIN = 0 times calls alone.
- *     usage: kernel_ab REPEATS MAX_M [CHAIN]
+ * ONLY (a shape's name) times that shape alone.
+ *     usage: kernel_ab REPEATS MAX_M [CHAIN] [ONLY]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,11 +44,13 @@ int main(int argc, char **argv) {
     const lin_t variant[3] = {lin_v0, lin_v1, lin_v2};
     int repeats = argc > 1 ? atoi(argv[1]) : 9, max_m = argc > 2 ? atoi(argv[2]) : 8;
     int chain = argc > 3 ? atoi(argv[3]) : 1;
+    const char *only = argc > 4 ? argv[4] : NULL;
     if (repeats < 1 || repeats > 64 || max_m < 1 || max_m > 16) {
-        fprintf(stderr, "usage: kernel_ab REPEATS(1-64) MAX_M(1-16) [CHAIN(0|1)]\n");
+        fprintf(stderr, "usage: kernel_ab REPEATS(1-64) MAX_M(1-16) [CHAIN(0|1)] [SHAPE]\n");
         return 2;
     }
     for (int si = 0; si < 5; ++si) {
+        if (only && strcmp(only, names[si])) continue;
         long K = shapes[si][0], N = shapes[si][1], bytes = pk_size_v0(N, K) * 4;
         long lead = lead_v0(N, K, 4); /* the successor's share, as linear.py passes it */
         int copies = (int)((96L << 20) / bytes) + 1; /* together past the 32 MB L3 */
