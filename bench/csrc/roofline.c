@@ -33,3 +33,37 @@ __attribute__((target("avx2,fma"))) float probe_fma(long iters) {
     _mm256_storeu_ps(out, s);
     return out[0];
 }
+
+/* How much of a streaming read one core hides under arithmetic that does not wait for it: per 1 KB
+ * block of `p`, the block's loads (summed, unless `read` is 0) and `fmas` rounds of 12 FMAs on chains
+ * independent of the loads (none if 0), with a T1 prefetch `pf` bytes ahead (none if 0). Timed with
+ * read only, FMAs only, and both, it gives the best a memory/compute overlap can be on this core,
+ * with the simplest code: the small-M kernel at its crossover M (read = FMAs) is judged against it. */
+#define OVERLAP_BODY(VEC, LOAD, ADD, FMA, SET1, LANES)                                                   \
+    VEC a[4], c[12], x = SET1(0.999999f), y = SET1(1e-7f);                                            \
+    for (int i = 0; i < 4; ++i) a[i] = SET1(0.f);                                                     \
+    for (int i = 0; i < 12; ++i) c[i] = SET1((float)i);                                               \
+    for (long k = 0; k + 256 <= n; k += 256) {                                                        \
+        if (pf)                                                                                       \
+            for (int l = 0; l < 16; ++l) _mm_prefetch((const char *)(p + k) + 64 * l + pf, _MM_HINT_T1); \
+        if (read)                                                                                     \
+            for (int i = 0; i < 256 / LANES; ++i) a[i & 3] = ADD(a[i & 3], LOAD(p + k + LANES * i));  \
+        for (long f = 0; f < fmas; ++f)                                                               \
+            for (int i = 0; i < 12; ++i) c[i] = FMA(c[i], x, y);                                      \
+    }                                                                                                 \
+    for (int i = 0; i < 12; ++i) a[i & 3] = ADD(a[i & 3], c[i]);                                      \
+    float out[LANES];                                                                                 \
+    for (int i = 0; i < 4; ++i) a[0] = i ? ADD(a[0], a[i]) : a[0];
+
+__attribute__((target("avx2,fma"))) float probe_overlap(const float *p, long n, long fmas, long pf, int read) {
+    OVERLAP_BODY(__m256, _mm256_loadu_ps, _mm256_add_ps, _mm256_fmadd_ps, _mm256_set1_ps, 8)
+    _mm256_storeu_ps(out, a[0]);
+    return out[0] + out[7];
+}
+
+/* the same with 16-lane vectors (call only where the CPU has AVX-512F) */
+__attribute__((target("avx512f"))) float probe_overlap512(const float *p, long n, long fmas, long pf, int read) {
+    OVERLAP_BODY(__m512, _mm512_loadu_ps, _mm512_add_ps, _mm512_fmadd_ps, _mm512_set1_ps, 16)
+    _mm512_storeu_ps(out, a[0]);
+    return out[0] + out[15];
+}
