@@ -135,10 +135,10 @@ def overlap(lib, avx512: bool, repeats: int = 7) -> dict:
 
 
 def dependent_overlap(lib, buf: torch.Tensor, repeats: int) -> dict:
-    """The same for FMAs that consume the streamed weights (``probe_dependent512``: 8 rows x 3 vectors,
+    """The same for FMAs that consume the streamed weights (``probe_dependent512``: 9 rows x 3 vectors,
     one sequential stream, FMAs about as long as the read): with the hardware prefetcher alone, and with
     a T1 prefetch tied to the stream at a few distances ahead. Ratio to the longer of read and FMAs."""
-    x = torch.rand(256 * 8)
+    x = torch.rand(256 * 9)
     steps = buf.numel() // 48
 
     def timed(fn, *a):
@@ -310,7 +310,7 @@ def markdown(out: dict) -> str:
             f"**{ov['best_ratio']}x** the longer of the two (best of "
             + ", ".join(f"{k} {v['both_over_longer']}x" for k, v in ov["variants"].items())
             + "). The bound below assumes perfect overlap (1.0x)."
-            + (" FMAs that consume the stream (`probe_dependent512`, 8 rows x 3 vectors, FMAs "
+            + (" FMAs that consume the stream (`probe_dependent512`, 9 rows x 3 vectors, FMAs "
                f"{next(iter(ov['dependent'].values()))['fmas_over_read']}x the read's time): "
                + ", ".join(f"{k} {v['both_over_longer']}x" for k, v in ov["dependent"].items())
                + ". A small-M product's FMAs consume its weights as these do: read its cells at the crossover M "

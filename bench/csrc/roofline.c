@@ -68,29 +68,29 @@ __attribute__((target("avx512f"))) float probe_overlap512(const float *p, long n
     return out[0] + out[15];
 }
 
-/* The same question for FMAs that consume the stream, as a small-M product's do: 8 rows x 3 vectors
+/* The same question for FMAs that consume the stream, as a small-M product's do: 9 rows x 3 vectors
  * of 16 floats per step, one sequential stream of 192 B per step (`steps` of them; with `reuse` the
  * first step's weights every time: the FMAs alone), a T1 prefetch `pf` bytes ahead of the step's own
  * lines (none if 0). With the hardware prefetcher alone, the FMAs wait on the loads they consume. */
 __attribute__((target("avx512f"))) float probe_dependent512(const float *w, long steps, const float *x, long pf,
                                                             int reuse) {
-    __m512 acc[8][3];
-    for (int i = 0; i < 8; ++i)
+    __m512 acc[9][3]; /* 9 rows: the FMAs take about as long as the read (the crossover) */
+    for (int i = 0; i < 9; ++i)
         for (int j = 0; j < 3; ++j) acc[i][j] = _mm512_setzero_ps();
     for (long k = 0; k < steps; ++k) {
         const float *wk = reuse ? w : w + k * 48;
         if (pf)
             for (int l = 0; l < 3; ++l) _mm_prefetch((const char *)wk + 64 * l + pf, _MM_HINT_T1);
         __m512 w0 = _mm512_loadu_ps(wk), w1 = _mm512_loadu_ps(wk + 16), w2 = _mm512_loadu_ps(wk + 32);
-        for (int i = 0; i < 8; ++i) {
-            __m512 xv = _mm512_set1_ps(x[(k & 255) * 8 + i]);
+        for (int i = 0; i < 9; ++i) {
+            __m512 xv = _mm512_set1_ps(x[(k & 255) * 9 + i]);
             acc[i][0] = _mm512_fmadd_ps(xv, w0, acc[i][0]);
             acc[i][1] = _mm512_fmadd_ps(xv, w1, acc[i][1]);
             acc[i][2] = _mm512_fmadd_ps(xv, w2, acc[i][2]);
         }
     }
     __m512 s = _mm512_setzero_ps();
-    for (int i = 0; i < 8; ++i)
+    for (int i = 0; i < 9; ++i)
         for (int j = 0; j < 3; ++j) s = _mm512_add_ps(s, acc[i][j]);
     float out[16];
     _mm512_storeu_ps(out, s);
