@@ -103,12 +103,10 @@ void FN(ssd_linear_portable)(const float *x, long ldx, const wt_t *wp, const flo
 #ifndef PF_MIN_ROWS_512 /* with the AVX-512 tiles, which read a whole group per pass up to 5 rows */
 #define PF_MIN_ROWS_512 6
 #endif
-/* k steps per pass over a group (the partial sums wait in the scratch between passes). Passes of 64 and
- * 128 steps, which keep a slice of each panel in L1 across the row tiles, measured no faster. */
-#ifndef KC
-#define KC 1000000
-#endif
-#define MC 64  /* rows per chunk: their partial sums (MC x PG x 16 floats) sit in a 24 KB scratch */
+/* Every tile runs an element's whole chain over k in registers and stores the result once. Splitting k
+ * into passes of 64 or 128 steps (the partial sums waiting in memory between passes), to keep a slice
+ * of each panel in L1 across the row tiles, measured no faster. */
+#define MC 64  /* rows per chunk; a cut-short last panel goes through an MC x PG x 16 scratch (24 KB) */
 #define PG 6   /* panels per group: 1 x 6, 2 x 3, 3 x 2, 6 x 1 and 4 rows x 3 vectors tiles cover it */
 #define LINE 64
 
@@ -122,19 +120,21 @@ long ssd_lead_bytes(long N, long K, long elt) {
 #endif
 
 /* One register tile: MR input rows x NP consecutive panels (2 * MR * NP accumulators), over all K.
- * The sums start from and go back to the scratch `s` (row stride PG * NR), which the caller zeroes.
+ * Row i's results go to s + i * lds, plus the bias `b` (may be NULL) at the same columns, added after
+ * the chain as in the portable route.
  * While it computes, the tile prefetches `pf_lines` cache lines from `pf`, spread evenly over its k
  * steps: the weights that later tiles will need arrive while this one is busy with arithmetic. */
 #define TILE(MR, NP)                                                                                   \
-    AVX2 static void tile_##MR##x##NP(const float *x, long ldx, const wt_t *wp, long K, long kn,      \
-                                      float *s, const char *pf, long pf_lines) {                      \
+    AVX2 static void tile_##MR##x##NP(const float *x, long ldx, const wt_t *wp, long K,      \
+                                      float *s, long lds, const float *b, const char *pf,             \
+                                      long pf_lines) {                                                \
         __m256 acc[MR][2 * NP];                                                                        \
         _Pragma("GCC unroll 16") for (int i = 0; i < MR; ++i)                                          \
             _Pragma("GCC unroll 16") for (int j = 0; j < 2 * NP; ++j)                                  \
-                acc[i][j] = _mm256_loadu_ps(s + i * PG * NR + j * 8);                                  \
+                acc[i][j] = _mm256_setzero_ps();                                                       \
         long debt = 0;                                                                                 \
-        for (long k = 0; k < kn; ++k) {                                                                \
-            for (debt += pf_lines; debt >= kn; debt -= kn, pf += LINE) _mm_prefetch(pf, PF_HINT);      \
+        for (long k = 0; k < K; ++k) {                                                                \
+            for (debt += pf_lines; debt >= K; debt -= K, pf += LINE) _mm_prefetch(pf, PF_HINT);      \
             __m256 wv[2 * NP];                                                                         \
             _Pragma("GCC unroll 16") for (int q = 0; q < NP; ++q) {                                    \
                 const wt_t *w = wp + (q * K + k) * NR;                                                 \
@@ -149,7 +149,8 @@ long ssd_lead_bytes(long N, long K, long elt) {
         }                                                                                              \
         _Pragma("GCC unroll 16") for (int i = 0; i < MR; ++i)                                          \
             _Pragma("GCC unroll 16") for (int j = 0; j < 2 * NP; ++j)                                  \
-                _mm256_storeu_ps(s + i * PG * NR + j * 8, acc[i][j]);                                  \
+                _mm256_storeu_ps(s + i * lds + j * 8,                                                  \
+                                 b ? _mm256_add_ps(acc[i][j], _mm256_loadu_ps(b + j * 8)) : acc[i][j]);      \
     }
 
 TILE(1, 6)
@@ -165,18 +166,18 @@ TILE(6, 1)
 /* A 4-row tile over 3 of a group's 12 vectors (16 columns = 2 vectors per panel): 12 accumulators,
  * 3 weight vectors and a broadcast fill the 16 registers. Vector v of the group sits in panel v / 2,
  * half v % 2, so 4 calls (v0 = 0, 3, 6, 9) cover a full group in one pass over its weights. */
-AVX2 static void tile_4x3v(const float *x, long ldx, const wt_t *wp, long K, long kn, float *s, long v0,
-                           const char *pf, long pf_lines) {
+AVX2 static void tile_4x3v(const float *x, long ldx, const wt_t *wp, long K, float *s, long lds,
+                           const float *b, long v0, const char *pf, long pf_lines) {
     const wt_t *wv0 = wp + ((v0 >> 1) * K) * NR + (v0 & 1) * 8;
     const wt_t *wv1 = wp + (((v0 + 1) >> 1) * K) * NR + ((v0 + 1) & 1) * 8;
     const wt_t *wv2 = wp + (((v0 + 2) >> 1) * K) * NR + ((v0 + 2) & 1) * 8;
     __m256 acc[4][3];
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i)
         _Pragma("GCC unroll 3") for (int j = 0; j < 3; ++j)
-            acc[i][j] = _mm256_loadu_ps(s + i * PG * NR + (v0 + j) * 8);
+            acc[i][j] = _mm256_setzero_ps();
     long debt = 0;
-    for (long k = 0; k < kn; ++k) {
-        for (debt += pf_lines; debt >= kn; debt -= kn, pf += LINE) _mm_prefetch(pf, PF_HINT);
+    for (long k = 0; k < K; ++k) {
+        for (debt += pf_lines; debt >= K; debt -= K, pf += LINE) _mm_prefetch(pf, PF_HINT);
         __m256 w0 = LOADW8(wv0 + k * NR), w1 = LOADW8(wv1 + k * NR), w2 = LOADW8(wv2 + k * NR);
         _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i) {
             __m256 xv = _mm256_broadcast_ss(x + i * ldx + k);
@@ -187,10 +188,11 @@ AVX2 static void tile_4x3v(const float *x, long ldx, const wt_t *wp, long K, lon
     }
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i)
         _Pragma("GCC unroll 3") for (int j = 0; j < 3; ++j)
-            _mm256_storeu_ps(s + i * PG * NR + (v0 + j) * 8, acc[i][j]);
+            _mm256_storeu_ps(s + i * lds + (v0 + j) * 8,
+                             b ? _mm256_add_ps(acc[i][j], _mm256_loadu_ps(b + (v0 + j) * 8)) : acc[i][j]);
 }
 
-typedef void (*tile_fn)(const float *, long, const wt_t *, long, long, float *, const char *, long);
+typedef void (*tile_fn)(const float *, long, const wt_t *, long, float *, long, const float *, const char *, long);
 
 /* AVX-512 tiles (where the CPU has it): one 16-float panel step is one register, and 32 registers hold
  * 2-5 rows x 6 panels, a whole group, in one pass that reads the weights once (the AVX2 tiles need two
@@ -201,15 +203,16 @@ typedef void (*tile_fn)(const float *, long, const wt_t *, long, long, float *, 
 #ifndef NO_AVX512
 #define AVX512 __attribute__((target("avx512f")))
 #define TILE512(MR, NP)                                                                                \
-    AVX512 static void z_tile_##MR##x##NP(const float *x, long ldx, const wt_t *wp, long K, long kn,  \
-                                          float *s, const char *pf, long pf_lines) {                  \
+    AVX512 static void z_tile_##MR##x##NP(const float *x, long ldx, const wt_t *wp, long K,  \
+                                          float *s, long lds, const float *b, const char *pf,         \
+                                          long pf_lines) {                                            \
         __m512 acc[MR][NP];                                                                            \
         _Pragma("GCC unroll 8") for (int i = 0; i < MR; ++i)                                           \
             _Pragma("GCC unroll 8") for (int j = 0; j < NP; ++j)                                       \
-                acc[i][j] = _mm512_loadu_ps(s + i * PG * NR + j * NR);                                 \
+                acc[i][j] = _mm512_setzero_ps();                                                       \
         long debt = 0;                                                                                 \
-        for (long k = 0; k < kn; ++k) {                                                                \
-            for (debt += pf_lines; debt >= kn; debt -= kn, pf += LINE) _mm_prefetch(pf, PF_HINT);      \
+        for (long k = 0; k < K; ++k) {                                                                \
+            for (debt += pf_lines; debt >= K; debt -= K, pf += LINE) _mm_prefetch(pf, PF_HINT);      \
             _Pragma("GCC unroll 8") for (int j = 0; j < NP; ++j) {                                     \
                 __m512 w = LOADW16(wp + (j * K + k) * NR);                                             \
                 _Pragma("GCC unroll 8") for (int i = 0; i < MR; ++i)                                   \
@@ -218,7 +221,8 @@ typedef void (*tile_fn)(const float *, long, const wt_t *, long, long, float *, 
         }                                                                                              \
         _Pragma("GCC unroll 8") for (int i = 0; i < MR; ++i)                                           \
             _Pragma("GCC unroll 8") for (int j = 0; j < NP; ++j)                                       \
-                _mm512_storeu_ps(s + i * PG * NR + j * NR, acc[i][j]);                                 \
+                _mm512_storeu_ps(s + i * lds + j * NR,                                                 \
+                                 b ? _mm512_add_ps(acc[i][j], _mm512_loadu_ps(b + j * NR)) : acc[i][j]);     \
     }
 TILE512(2, 6)
 TILE512(3, 6)
@@ -293,24 +297,25 @@ static long stream_take(stream_t *st, long share) {
 #ifndef NO_AVX512
 /* A full group for a row tile of 2-8 rows with the AVX-512 tiles: up to 5 rows in one pass over all 6
  * panels, 6-8 rows in two passes over 3 panels each (each weight read once from memory either way). */
-AVX2 static void group_pass512(const float *x, long ldx, const wt_t *wp, long K, long kn, float *s, long rows,
-                               stream_t *st) {
+AVX2 static void group_pass512(const float *x, long ldx, const wt_t *wp, long K, float *s, long lds,
+                               const float *b, long rows, stream_t *st) {
     long calls = 0;
     for (long m = 0, t; m < rows; m += t) {
         t = tile_rows(rows - m, TILE_MAX_512);
         calls += t >= 6 ? 2 : 1;
     }
-    long share = (PG * kn + calls - 1) / calls;
+    long share = (PG * K + calls - 1) / calls;
     for (long m = 0, t; m < rows; m += t) {
         t = tile_rows(rows - m, TILE_MAX_512);
         const float *xm = x + m * ldx;
-        float *sm = s + m * PG * NR;
+        float *sm = s + m * lds;
         for (long c = 0; c < (t >= 6 ? 2 : 1); ++c) {
             long lines = stream_take(st, share);
             if (t >= 6)
-                HALF_GROUP[t](xm, ldx, wp + c * 3 * K * NR, K, kn, sm + c * 3 * NR, st->next, lines);
+                HALF_GROUP[t](xm, ldx, wp + c * 3 * K * NR, K, sm + c * 3 * NR, lds, b ? b + c * 3 * NR : NULL,
+                              st->next, lines);
             else
-                WHOLE_GROUP[t](xm, ldx, wp, K, kn, sm, st->next, lines);
+                WHOLE_GROUP[t](xm, ldx, wp, K, sm, lds, b, st->next, lines);
             st->next += lines * LINE;
         }
     }
@@ -320,14 +325,14 @@ AVX2 static void group_pass512(const float *x, long ldx, const wt_t *wp, long K,
 /* Rows [0, rows) of x against `np` <= PG panels at wp, partial sums in s. The group's tile calls
  * share out the prefetch of as many lines as the group itself reads. An incomplete group (the last
  * one) goes panel by panel. */
-AVX2 static void group_pass(const float *x, long ldx, const wt_t *wp, long K, long kn, float *s, long rows,
-                            long np, stream_t *st) {
+AVX2 static void group_pass(const float *x, long ldx, const wt_t *wp, long K, float *s, long lds,
+                            const float *b, long rows, long np, stream_t *st) {
     const long step = K * NR;
     const int full = np == PG;
 #ifndef NO_AVX512
     /* from 2 rows on, tile_rows makes every row tile 2-8 rows */
     if (full && rows >= 2 && avx512_on()) {
-        group_pass512(x, ldx, wp, K, kn, s, rows, st);
+        group_pass512(x, ldx, wp, K, s, lds, b, rows, st);
         return;
     }
 #endif
@@ -339,29 +344,30 @@ AVX2 static void group_pass(const float *x, long ldx, const wt_t *wp, long K, lo
             calls += full ? calls_per_group(sr) : np;
         }
     }
-    long share = (np * kn + calls - 1) / calls;
+    long share = (np * K + calls - 1) / calls;
     for (long m = 0, t; m < rows; m += t) {
         t = tile_rows(rows - m, 6);
         for (long r = 0, sr; r < t; r += sr) {
             sr = full ? (r ? t - r : first_sub_rows(t)) : t;
             const float *xm = x + (m + r) * ldx;
-            float *srow = s + (m + r) * PG * NR;
+            float *srow = s + (m + r) * lds;
             const int vec_tile = full && sr == 4; /* calls run 3 vectors each, not whole panels */
             long n_calls = full ? calls_per_group(sr) : np, per = vec_tile ? 0 : np / n_calls;
             for (long c = 0; c < n_calls; ++c) {
                 long lines = stream_take(st, share);
                 const wt_t *wq = wp + c * per * step;
                 float *sm = srow + c * per * NR;
+                const float *bm = b ? b + c * per * NR : NULL;
                 if (vec_tile)
-                    tile_4x3v(xm, ldx, wp, K, kn, srow, 3 * c, st->next, lines);
+                    tile_4x3v(xm, ldx, wp, K, srow, lds, b, 3 * c, st->next, lines);
                 else if (per == 1)
-                    ONE_PANEL[sr](xm, ldx, wq, K, kn, sm, st->next, lines);
+                    ONE_PANEL[sr](xm, ldx, wq, K, sm, lds, bm, st->next, lines);
                 else if (sr == 1)
-                    tile_1x6(xm, ldx, wq, K, kn, sm, st->next, lines);
+                    tile_1x6(xm, ldx, wq, K, sm, lds, bm, st->next, lines);
                 else if (sr == 2)
-                    tile_2x3(xm, ldx, wq, K, kn, sm, st->next, lines);
+                    tile_2x3(xm, ldx, wq, K, sm, lds, bm, st->next, lines);
                 else
-                    tile_3x2(xm, ldx, wq, K, kn, sm, st->next, lines);
+                    tile_3x2(xm, ldx, wq, K, sm, lds, bm, st->next, lines);
                 st->next += lines * LINE;
             }
         }
@@ -390,12 +396,15 @@ AVX2 void FN(ssd_linear_avx2)(const float *x, long ldx, const wt_t *wp, const fl
         if (m0 + MC < M) st.then = NULL; /* only the last chunk of rows hands over to the next product */
         for (long p = 0; p < panels; p += PG) {
             long np = panels - p < PG ? panels - p : PG;
-            memset(s, 0, sizeof(float) * (size_t)(rows * PG * NR));
-            for (long k0 = 0; k0 < K; k0 += KC)
-                group_pass(x + m0 * ldx + k0, ldx, wp + (p * K + k0) * NR, K, K - k0 < KC ? K - k0 : KC, s, rows,
-                           np, &st);
-            /* the bias is added after the chain, as in the portable route */
             long n0 = p * NR, width = N - n0 < np * NR ? N - n0 : np * NR;
+            const float *xm = x + m0 * ldx;
+            const wt_t *wg = wp + p * K * NR;
+            if (width == np * NR) { /* whole panels: the tiles write y (and add the bias) themselves */
+                group_pass(xm, ldx, wg, K, y + m0 * ldy + n0, ldy, b ? b + n0 : NULL, rows, np, &st);
+                continue;
+            }
+            /* the last panel is cut short: through the scratch, then its first `width` columns */
+            group_pass(xm, ldx, wg, K, s, PG * NR, NULL, rows, np, &st);
             for (long m = 0; m < rows; ++m) {
                 float *ym = y + (m0 + m) * ldy + n0;
                 const float *sm = s + m * PG * NR;
