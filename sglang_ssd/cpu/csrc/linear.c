@@ -125,16 +125,16 @@ long ssd_lead_bytes(long N, long K, long elt) {
  * While it computes, the tile prefetches `pf_lines` cache lines from `pf`, spread evenly over its k
  * steps: the weights that later tiles will need arrive while this one is busy with arithmetic. */
 #define TILE(MR, NP)                                                                                   \
-    AVX2 static void tile_##MR##x##NP(const float *x, long ldx, const wt_t *wp, long K,      \
-                                      float *s, long lds, const float *b, const char *pf,             \
-                                      long pf_lines) {                                                \
+    AVX2 static void tile_##MR##x##NP(const float *x, long ldx, const wt_t *wp, long K,                \
+                                      float *s, long lds, const float *b, const char *pf,              \
+                                      long pf_lines) {                                                 \
         __m256 acc[MR][2 * NP];                                                                        \
         _Pragma("GCC unroll 16") for (int i = 0; i < MR; ++i)                                          \
             _Pragma("GCC unroll 16") for (int j = 0; j < 2 * NP; ++j)                                  \
                 acc[i][j] = _mm256_setzero_ps();                                                       \
         long debt = 0;                                                                                 \
-        for (long k = 0; k < K; ++k) {                                                                \
-            for (debt += pf_lines; debt >= K; debt -= K, pf += LINE) _mm_prefetch(pf, PF_HINT);      \
+        for (long k = 0; k < K; ++k) {                                                                 \
+            for (debt += pf_lines; debt >= K; debt -= K, pf += LINE) _mm_prefetch(pf, PF_HINT);        \
             __m256 wv[2 * NP];                                                                         \
             _Pragma("GCC unroll 16") for (int q = 0; q < NP; ++q) {                                    \
                 const wt_t *w = wp + (q * K + k) * NR;                                                 \
@@ -150,7 +150,7 @@ long ssd_lead_bytes(long N, long K, long elt) {
         _Pragma("GCC unroll 16") for (int i = 0; i < MR; ++i)                                          \
             _Pragma("GCC unroll 16") for (int j = 0; j < 2 * NP; ++j)                                  \
                 _mm256_storeu_ps(s + i * lds + j * 8,                                                  \
-                                 b ? _mm256_add_ps(acc[i][j], _mm256_loadu_ps(b + j * 8)) : acc[i][j]);      \
+                                 b ? _mm256_add_ps(acc[i][j], _mm256_loadu_ps(b + j * 8)) : acc[i][j]); \
     }
 
 TILE(1, 6)
@@ -203,16 +203,16 @@ typedef void (*tile_fn)(const float *, long, const wt_t *, long, float *, long, 
 #ifndef NO_AVX512
 #define AVX512 __attribute__((target("avx512f")))
 #define TILE512(MR, NP)                                                                                \
-    AVX512 static void z_tile_##MR##x##NP(const float *x, long ldx, const wt_t *wp, long K,  \
-                                          float *s, long lds, const float *b, const char *pf,         \
-                                          long pf_lines) {                                            \
+    AVX512 static void z_tile_##MR##x##NP(const float *x, long ldx, const wt_t *wp, long K,            \
+                                          float *s, long lds, const float *b, const char *pf,          \
+                                          long pf_lines) {                                             \
         __m512 acc[MR][NP];                                                                            \
         _Pragma("GCC unroll 8") for (int i = 0; i < MR; ++i)                                           \
             _Pragma("GCC unroll 8") for (int j = 0; j < NP; ++j)                                       \
                 acc[i][j] = _mm512_setzero_ps();                                                       \
         long debt = 0;                                                                                 \
-        for (long k = 0; k < K; ++k) {                                                                \
-            for (debt += pf_lines; debt >= K; debt -= K, pf += LINE) _mm_prefetch(pf, PF_HINT);      \
+        for (long k = 0; k < K; ++k) {                                                                 \
+            for (debt += pf_lines; debt >= K; debt -= K, pf += LINE) _mm_prefetch(pf, PF_HINT);        \
             _Pragma("GCC unroll 8") for (int j = 0; j < NP; ++j) {                                     \
                 __m512 w = LOADW16(wp + (j * K + k) * NR);                                             \
                 _Pragma("GCC unroll 8") for (int i = 0; i < MR; ++i)                                   \
@@ -222,7 +222,7 @@ typedef void (*tile_fn)(const float *, long, const wt_t *, long, float *, long, 
         _Pragma("GCC unroll 8") for (int i = 0; i < MR; ++i)                                           \
             _Pragma("GCC unroll 8") for (int j = 0; j < NP; ++j)                                       \
                 _mm512_storeu_ps(s + i * lds + j * NR,                                                 \
-                                 b ? _mm512_add_ps(acc[i][j], _mm512_loadu_ps(b + j * NR)) : acc[i][j]);     \
+                                 b ? _mm512_add_ps(acc[i][j], _mm512_loadu_ps(b + j * NR)) : acc[i][j]); \
     }
 TILE512(2, 6)
 TILE512(3, 6)
