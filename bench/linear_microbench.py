@@ -83,21 +83,24 @@ def probes():
     return lib
 
 
+def timed(fn, *args) -> float:
+    """Seconds (on the chosen clock) of one call."""
+    t0 = clock()
+    fn(*args)
+    return clock() - t0
+
+
 def roofline(lib) -> dict:
     """One core's streaming read bandwidth (GB/s) and fp32 FMA rate (G FMA/s), best of a few runs."""
     buf = torch.randn(512 << 20 >> 2)  # 512 MB: nothing of it stays in cache between passes
     best_bw = 0.0
     for _ in range(5):
-        t0 = clock()
-        lib.probe_stream_read(buf.data_ptr(), buf.numel())
-        best_bw = max(best_bw, buf.numel() * 4 / (clock() - t0) / 1e9)
+        best_bw = max(best_bw, buf.numel() * 4 / timed(lib.probe_stream_read, buf.data_ptr(), buf.numel()) / 1e9)
     del buf
     iters = 20_000_000
     best_fma = 0.0
     for _ in range(5):
-        t0 = clock()
-        lib.probe_fma(iters)
-        best_fma = max(best_fma, iters * 12 * 8 / (clock() - t0) / 1e9)
+        best_fma = max(best_fma, iters * 12 * 8 / timed(lib.probe_fma, iters) / 1e9)
     return {"read_gb_s": round(best_bw, 2), "fma_g_per_s": round(best_fma, 2)}
 
 
@@ -105,26 +108,20 @@ def overlap(lib, avx512: bool, repeats: int = 7) -> dict:
     """The best memory/compute overlap of one core: a streaming read and FMAs that do not wait for it,
     balanced to take equal time alone (FMA rounds per KB calibrated here), timed together; the ratio
     to the longer alone. Variants: AVX2 or AVX-512 FMAs, with or without a software prefetch 4 KB
-    ahead. At the crossover M, where a product's read and FMAs take equal time, this is about what
-    any kernel can reach on this core: max(read, FMAs) assumes perfect overlap."""
+    ahead. The bound max(read, FMAs) assumes perfect overlap; this is the most of it one core gives.
+    FMAs that consume the streamed data, as a product's do, get less (``dependent_overlap``)."""
     buf = torch.randn(256 << 20 >> 2)  # 256 MB: streamed from memory every pass
     ptr, n = buf.data_ptr(), buf.numel()
     fns = [("avx2", lib.probe_overlap)] + ([("avx512", lib.probe_overlap512)] if avx512 else [])
-
-    def timed(fn, *a):
-        t0 = clock()
-        fn(ptr, n, *a)
-        return clock() - t0
-
     out = {}
     for name, fn in fns:
         for pf in (0, 4096):
-            t_read = min(timed(fn, 0, pf, 1) for _ in range(3))
-            t_round = min(timed(fn, 8, 0, 0) for _ in range(3)) / 8
+            t_read = min(timed(fn, ptr, n, 0, pf, 1) for _ in range(3))
+            t_round = min(timed(fn, ptr, n, 8, 0, 0) for _ in range(3)) / 8
             fmas = max(1, round(t_read / t_round))
             ratios = []
             for _ in range(repeats):  # read, FMAs, both: interleaved, as the bandwidth drifts
-                tr, tc, tb = timed(fn, 0, pf, 1), timed(fn, fmas, 0, 0), timed(fn, fmas, pf, 1)
+                tr, tc, tb = (timed(fn, ptr, n, f, p, r) for f, p, r in ((0, pf, 1), (fmas, 0, 0), (fmas, pf, 1)))
                 ratios.append(tb / max(tr, tc))
             out[f"{name}, prefetch {pf} B"] = {"fma_rounds_per_kb": fmas, "both_over_longer": round(statistics.median(ratios), 3)}
     best = min(out, key=lambda k: out[k]["both_over_longer"])
@@ -140,12 +137,6 @@ def dependent_overlap(lib, buf: torch.Tensor, repeats: int) -> dict:
     a T1 prefetch tied to the stream at a few distances ahead. Ratio to the longer of read and FMAs."""
     x = torch.rand(256 * 9)
     steps = buf.numel() // 48
-
-    def timed(fn, *a):
-        t0 = clock()
-        fn(*a)
-        return clock() - t0
-
     out = {}
     for pf in (0, 16 << 10, 64 << 10, 256 << 10):
         ratios = []
@@ -220,9 +211,7 @@ def measure(routes: dict, xs: dict[int, torch.Tensor], copies: int, repeats: int
     for _ in range(repeats):
         for m, x in xs.items():
             for name, fn in routes.items():
-                t0 = clock()
-                fn(x)
-                times[m][name].append((clock() - t0) * 1e3 / copies)
+                times[m][name].append(timed(fn, x) * 1e3 / copies)
     return {m: {k: statistics.median(v) for k, v in by_route.items()} for m, by_route in times.items()}
 
 

@@ -37,8 +37,8 @@ __attribute__((target("avx2,fma"))) float probe_fma(long iters) {
 /* How much of a streaming read one core hides under arithmetic that does not wait for it: per 1 KB
  * block of `p`, the block's loads (summed, unless `read` is 0) and `fmas` rounds of 12 FMAs on chains
  * independent of the loads (none if 0), with a T1 prefetch `pf` bytes ahead (none if 0). Timed with
- * read only, FMAs only, and both, it gives the best a memory/compute overlap can be on this core,
- * with the simplest code: the small-M kernel at its crossover M (read = FMAs) is judged against it. */
+ * read only, FMAs only, and both, it gives the most of a read that arithmetic can hide on this core.
+ * A product's FMAs wait on the weights they consume and hide less: see probe_dependent512. */
 #define OVERLAP_BODY(VEC, LOAD, ADD, FMA, SET1, LANES)                                                   \
     VEC a[4], c[12], x = SET1(0.999999f), y = SET1(1e-7f);                                            \
     for (int i = 0; i < 4; ++i) a[i] = SET1(0.f);                                                     \
