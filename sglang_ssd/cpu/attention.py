@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from sglang_ssd.cpu import linear as cpu_linear
+from sglang_ssd.hooks import register_once
 
 DECODE_TARGET = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_decode"
 
@@ -130,7 +131,4 @@ def forward_decode_hook(original, backend, q, k, v, layer, forward_batch, save_k
 
 
 def register() -> None:
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-    if not any(h is forward_decode_hook for _, h, _ in HookRegistry._hooks.get(DECODE_TARGET, [])):
-        HookRegistry.register(DECODE_TARGET, forward_decode_hook, HookType.AROUND)
+    register_once(DECODE_TARGET, forward_decode_hook)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from sglang_ssd.cpu import linear as cpu_linear
+from sglang_ssd.hooks import register_once
 
 LINEAR_TARGET = "sglang.srt.layers.quantization.unquant.UnquantizedLinearMethod.apply"
 HEAD_TARGET = "sglang.srt.layers.logits_processor.LogitsProcessor._compute_lm_head"
@@ -48,9 +49,6 @@ def lm_head_hook(original, processor, hidden_states, lm_head, embedding_bias=Non
 
 
 def register() -> None:
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
     cpu_linear.setting()  # a bad SGLANG_SSD_CPU_LINEAR fails here, at start-up, not at the first forward
-    for target, hook in ((LINEAR_TARGET, linear_apply_hook), (HEAD_TARGET, lm_head_hook)):
-        if not any(h is hook for _, h, _ in HookRegistry._hooks.get(target, [])):
-            HookRegistry.register(target, hook, HookType.AROUND)
+    register_once(LINEAR_TARGET, linear_apply_hook)
+    register_once(HEAD_TARGET, lm_head_hook)

@@ -25,6 +25,7 @@ import sys
 import torch
 
 from sglang_ssd.cpu import linear as cpu_linear
+from sglang_ssd.hooks import register_once
 
 TARGET = "sglang.srt.layers.layernorm.RMSNorm.forward_native"
 # torch's Vectorized<float> width: 8 lanes on AVX2 builds, 16 on AVX-512 ones
@@ -103,7 +104,4 @@ def forward_native_hook(original, norm, x, residual=None, post_residual_addition
 
 
 def register() -> None:
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-    if not any(h is forward_native_hook for _, h, _ in HookRegistry._hooks.get(TARGET, [])):
-        HookRegistry.register(TARGET, forward_native_hook, HookType.AROUND)
+    register_once(TARGET, forward_native_hook)

@@ -9,7 +9,8 @@ only the time it takes.
 An AROUND hook on ``forward_native``; the kernel runs where it applies (fp32 CPU q/k and cache, the
 plain ``apply_rotary_emb``, no position offsets, no precomputed per-batch cache) and SGLang's code
 runs everywhere else. The kernel is called through the compiled entry (``csrc/entry.cpp``: same
-checks, made in C++) where it is built, through ctypes otherwise. Same switch as the linear route: ``SGLANG_SSD_CPU_LINEAR=torch`` turns it off.
+checks, made in C++) where it is built, through ctypes otherwise. Same switch as the linear route:
+``SGLANG_SSD_CPU_LINEAR=torch`` turns it off.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from sglang_ssd.cpu import linear as cpu_linear
+from sglang_ssd.hooks import register_once
 
 TARGET = "sglang.srt.layers.rotary_embedding.base.RotaryEmbedding.forward_native"
 
@@ -77,7 +79,4 @@ def forward_native_hook(original, emb, positions, query, key, offsets=None, fuse
 
 
 def register() -> None:
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-    if not any(h is forward_native_hook for _, h, _ in HookRegistry._hooks.get(TARGET, [])):
-        HookRegistry.register(TARGET, forward_native_hook, HookType.AROUND)
+    register_once(TARGET, forward_native_hook)

@@ -14,6 +14,7 @@ own code.
 from __future__ import annotations
 
 from sglang_ssd.cpu import linear as cpu_linear
+from sglang_ssd.hooks import register_once
 
 TARGET = "sglang.srt.layers.activation.SiluAndMul.forward_native"
 
@@ -25,7 +26,4 @@ def forward_native_hook(original, act, x, *args, **kwargs):
 
 
 def register() -> None:
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-    if not any(h is forward_native_hook for _, h, _ in HookRegistry._hooks.get(TARGET, [])):
-        HookRegistry.register(TARGET, forward_native_hook, HookType.AROUND)
+    register_once(TARGET, forward_native_hook)

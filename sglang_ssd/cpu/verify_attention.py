@@ -19,6 +19,7 @@ import torch
 from torch.nn.functional import scaled_dot_product_attention
 
 from sglang_ssd.cpu import attention
+from sglang_ssd.hooks import register_once
 
 TARGET = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_extend"
 
@@ -128,7 +129,4 @@ def forward_extend_hook(original, backend, q, k, v, layer, forward_batch, save_k
 
 
 def register() -> None:
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-    if not any(h is forward_extend_hook for _, h, _ in HookRegistry._hooks.get(TARGET, [])):
-        HookRegistry.register(TARGET, forward_extend_hook, HookType.AROUND)
+    register_once(TARGET, forward_extend_hook)

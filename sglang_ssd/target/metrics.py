@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from sglang_ssd.hooks import register_once
+
 logger = logging.getLogger(__name__)
 
 _WORKERS: list = []
@@ -179,7 +181,4 @@ def export_prometheus() -> None:
 
 
 def register_hooks() -> None:
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-    if not any(h is add_to_internal_state for _, h, _ in HookRegistry._hooks.get(INTERNAL_STATE_TARGET, [])):
-        HookRegistry.register(INTERNAL_STATE_TARGET, add_to_internal_state, HookType.AFTER)
+    register_once(INTERNAL_STATE_TARGET, add_to_internal_state, "AFTER")
