@@ -18,7 +18,7 @@ not tested.
 
 One draw of samples is rejected at p < 0.001. A case fails only when a second, fresh draw of
 samples is rejected too (`_verdict`): the server's sampling is not seeded, so each draw is a fresh
-chance of a false alarm, and with seven cases at 0.001 about one CI run in 140 would fail for nothing
+chance of a false alarm, and with six exact cases at 0.001 about one CI run in 170 would fail for nothing
 (one did, at p = 0.00068, and ten fresh draws of that case gave p = 0.13-1). Two draws: false alarm
 10⁻⁶ per case; power the square of one draw's.
 
