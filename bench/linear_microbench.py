@@ -92,7 +92,9 @@ def timed(fn, *args) -> float:
 
 def roofline(lib) -> dict:
     """One core's streaming read bandwidth (GB/s) and fp32 FMA rate (G FMA/s), best of a few runs."""
-    buf = torch.randn(512 << 20 >> 2)  # 512 MB: nothing of it stays in cache between passes
+    # 512 MB (nothing of it stays in cache between passes), on the 2 MB pages the packed weights use
+    buf = cpu_linear.huge_page_bytes(512 << 20).view(torch.float32)
+    buf.normal_()
     best_bw = 0.0
     for _ in range(5):
         best_bw = max(best_bw, buf.numel() * 4 / timed(lib.probe_stream_read, buf.data_ptr(), buf.numel()) / 1e9)
@@ -154,9 +156,8 @@ def dependent_overlap(lib, buf: torch.Tensor, repeats: int) -> dict:
 
 def make_routes(names: list[str], ws: list[torch.Tensor], lib) -> dict:
     """name -> callable(x) running the product over every weight copy once. ``read`` only streams
-    the kernel's packed copies of the same weights (the memory side of the bound: the very bytes the
-    kernel reads, on the same pages (2 MB ones from 2 MB up), timed under the same conditions as the
-    rest)."""
+    the kernel's packed copies of the same weights (the memory side of the bound: the bytes and pages
+    the kernel reads, timed under the same conditions as the rest)."""
     packs = [cpu_linear.packed(w).wp for w in ws]
     routes = {"read": lambda x: [lib.probe_stream_read(p.data_ptr(), p.numel()) for p in packs]}
     if "torch" in names:

@@ -3,8 +3,8 @@
 Plain script, not a test:  python bench/page_size_ab.py [--repeats 25] [--rows 1,5,9]
 
 Builds two sets of the 135M target's linear shapes (30 x qkv, o, gate_up, down, then the head; random
-fp32 weights, 540 MB each): one packed by the route (``cpu.linear._huge_page_buffer``: weights of
-2 MB and more in ``MADV_HUGEPAGE`` mappings, the 576 x 576 ones in plain memory), one packed into plain
+fp32 weights, 540 MB each): one packed by the route (``cpu.linear._huge_page_buffer``: every weight,
+back to back, in shared ``MADV_HUGEPAGE`` mappings), one packed into plain
 ``torch.empty`` memory (4 KB pages under transparent huge pages in ``madvise`` mode). Then runs every
 linear of one set in order, as a forward does (the route learns each product's successor and
 prefetches it), for each row count, the two sets interleaved repeat by repeat; prints the median and

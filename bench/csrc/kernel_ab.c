@@ -2,7 +2,7 @@
  *
  * bench/kernel_ab.sh builds linear.c three times with different -D flags (symbols renamed lin_v0..2)
  * and links them here. For every target shape and M = 1..maxM the three variants run interleaved,
- * repeat by repeat, on weight copies rotated past the L3 cache (as a decode step streams 540 MB);
+ * repeat by repeat, on weight copies rotated past the L3 cache (as a decode step streams 540 MB), on 2 MB pages as the route packs them;
  * medians in microseconds and the ratio to M = 1, and whether the outputs are bit-identical (they must
  * be: every variant keeps the same reduction chain per element). With CHAIN = 1 (the default) each
  * call is told the next copy as the product that follows it, as the route does inside a forward
@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 
 typedef void (*lin_t)(const float *, long, const float *, const float *, float *, long, long, long, long, const void *,
                       long);
@@ -58,9 +59,14 @@ int main(int argc, char **argv) {
         float *w = malloc(N * K * 4), *x = malloc(16 * K * 4), *y[3];
         for (long i = 0; i < N * K; ++i) w[i] = uniform();
         for (long i = 0; i < 16 * K; ++i) x[i] = uniform();
+        /* back to back on 2 MB pages, as the route packs them (linear.py's _Arena) */
+        long stride = (bytes + 4095) / 4096 * 4096;
+        size_t arena = ((size_t)copies * stride + (2 << 20) - 1) / (2 << 20) * (2 << 20);
+        char *base = aligned_alloc(2 << 20, arena);
+        madvise(base, arena, MADV_HUGEPAGE);
         float **wp = malloc(copies * sizeof(float *));
         for (int c = 0; c < copies; ++c) {
-            wp[c] = aligned_alloc(64, (bytes + 63) / 64 * 64);
+            wp[c] = (float *)(base + c * stride);
             pack_v0(w, N, K, wp[c]);
         }
         for (int v = 0; v < 3; ++v) y[v] = malloc(16 * N * 4);
@@ -89,9 +95,8 @@ int main(int argc, char **argv) {
             }
             printf("  %s\n", same ? "same" : "DIFF");
         }
-        for (int c = 0; c < copies; ++c) free(wp[c]);
         for (int v = 0; v < 3; ++v) free(y[v]);
-        free(wp), free(w), free(x);
+        free(base), free(wp), free(w), free(x);
     }
     return 0;
 }

@@ -416,21 +416,59 @@ def _version(t: torch.Tensor) -> int:
 
 
 _HUGE = 2 << 20
+_ARENA_BYTES = 64 << 20  # one mapping holds many packed weights (all of a small model's small ones)
+_ALIGN = 4096
+
+
+class _Arena:
+    """Packed weights, back to back in anonymous mappings on 2 MB pages where the kernel allows them
+    (transparent huge pages in ``madvise`` mode). Each 4 KB page of a weight stream costs a TLB miss
+    (a two-level walk under a hypervisor) and the hardware prefetcher stops at every 4 KB boundary:
+    in one interleaved ``bench/kernel_ab.sh`` run the same kernel on 2 MB pages took 0.70-0.73x the
+    time at M = 6-10 and 0.88-0.94x at M = 1 (``bench/README.md``). Sharing mappings puts the weights
+    under 2 MB (576 x 576 fp32 is 1.3 MB) on large pages too, without a partly used page each. A
+    whole forward gains little from those (``bench/page_size_ab.py``: the same 0.95-0.98x of all-4 KB
+    with or without them); one shape streamed on its own, as the draft server's steps and the
+    per-linear benchmark run it, gains the full amount.
+
+    A mapping is freed when the last weight carved from it is (each view holds it), so repacking a
+    whole model releases the old copies; the current mapping's unused tail is never touched, so it
+    costs address space, not memory."""
+
+    def __init__(self) -> None:
+        self.region: torch.Tensor | None = None  # the current mapping's 2 MB-aligned bytes
+        self.used = 0
+        self.lock = threading.Lock()
+
+    def take(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        nbytes = numel * torch.empty((), dtype=dtype).element_size()
+        with self.lock:
+            if self.region is None or self.used + nbytes > self.region.numel():
+                self.region, self.used = huge_page_bytes(max(nbytes, _ARENA_BYTES)), 0
+            start = self.used
+            self.used += -(-nbytes // _ALIGN) * _ALIGN
+            return self.region[start : start + nbytes].view(dtype)
+
+
+def huge_page_bytes(nbytes: int) -> torch.Tensor:
+    """``nbytes`` (rounded up to 2 MB) of fresh anonymous memory, 2 MB-aligned, asked for on huge pages
+    (uint8; the packed weights' memory, and what ``bench/linear_microbench.py`` reads for the roofline)."""
+    nbytes = -(-nbytes // _HUGE) * _HUGE
+    region = mmap.mmap(-1, nbytes + _HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        with contextlib.suppress(OSError):
+            region.madvise(mmap.MADV_HUGEPAGE)
+    whole = torch.frombuffer(region, dtype=torch.uint8)  # holds a reference to the mapping
+    skip = -whole.data_ptr() % _HUGE
+    return whole[skip : skip + nbytes]
+
+
+_arena = _Arena()
 
 
 def _huge_page_buffer(numel: int, dtype: torch.dtype = _F32) -> torch.Tensor:
-    """An fp32 buffer on 2 MB pages where the kernel allows them (transparent huge pages in
-    ``madvise`` mode): the hardware prefetcher stops at every page boundary and each 4 KB page costs
-    a TLB miss, which a weight stream of hundreds of MB pays in full (measured 5-10 % slower)."""
-    size = torch.empty((), dtype=dtype).element_size()
-    if numel * size < _HUGE or not hasattr(mmap, "MADV_HUGEPAGE"):
-        return torch.empty(numel, dtype=dtype)
-    region = mmap.mmap(-1, numel * size + _HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    with contextlib.suppress(OSError):
-        region.madvise(mmap.MADV_HUGEPAGE)
-    whole = torch.frombuffer(region, dtype=dtype)  # holds a reference to the mapping
-    skip = (-whole.data_ptr() % _HUGE) // size
-    return whole[skip : skip + numel]
+    """A buffer of ``numel`` elements for a packed weight, on 2 MB pages where possible (``_Arena``)."""
+    return _arena.take(numel, dtype)
 
 
 def packed(weight: torch.Tensor) -> Packed:

@@ -305,6 +305,37 @@ def test_a_weight_changed_in_place_is_packed_again():
     torch.testing.assert_close(cpu_linear.linear(x, w), F.linear(x, w), rtol=1e-5, atol=1e-4)
 
 
+def _vma_flags(addr: int) -> list[str]:
+    """VmFlags of the mapping that holds ``addr`` in this process (Linux ``/proc/self/smaps``)."""
+    lines = Path("/proc/self/smaps").read_text().splitlines()
+    for i, line in enumerate(lines):
+        head = line.split()[0]
+        if "-" in head and all(c in "0123456789abcdef-" for c in head):
+            lo, hi = (int(v, 16) for v in head.split("-"))
+            if lo <= addr < hi:
+                flags = next(ln for ln in lines[i + 1 :] if ln.startswith("VmFlags:"))
+                return flags.split()[1:]
+    raise AssertionError(f"no mapping holds {addr:#x}")
+
+
+def test_packed_weights_share_2mb_aligned_mappings_asked_for_on_huge_pages():
+    # Small weights go back to back into one mapping (576 x 576 fp32 is under 2 MB), page-aligned and
+    # not overlapping; the mapping starts on a 2 MB boundary and carries MADV_HUGEPAGE ("hg").
+    arena = cpu_linear._Arena()
+    bufs = [arena.take(n * 576, torch.float32) for n in (576, 960, 40)] + [arena.take(1000, torch.bfloat16)]
+    spans = [(b.data_ptr(), b.data_ptr() + b.numel() * b.element_size()) for b in bufs]
+    assert spans[0][0] % (2 << 20) == 0 and all(lo % 4096 == 0 for lo, _ in spans)
+    assert all(a_hi <= b_lo < a_hi + 4096 for (_, a_hi), (b_lo, _) in zip(spans, spans[1:]))  # back to back
+    big = arena.take(80 << 20 >> 2, torch.float32)  # larger than a mapping: one of its own
+    assert big.data_ptr() % (2 << 20) == 0 and big.numel() == 80 << 20 >> 2
+    w = torch.randn(576, 576)
+    x = torch.randn(2, 576)
+    torch.testing.assert_close(cpu_linear.linear(x, w), F.linear(x, w), rtol=1e-5, atol=1e-4)
+    if Path("/proc/self/smaps").exists() and hasattr(__import__("mmap"), "MADV_HUGEPAGE"):
+        assert all("hg" in _vma_flags(lo) for lo, _ in [*spans, (big.data_ptr(), 0)])
+        assert "hg" in _vma_flags(cpu_linear.packed(w).ptr)  # the route packs into such memory
+
+
 @pytest.mark.skipif("avx2" not in KERNELS or not cpu_linear.avx512_tiles(), reason="no AVX-512F on this CPU")
 @pytest.mark.parametrize("k,n", [(576, 960), (1536, 576), (64, 130), (77, 200)])
 def test_avx512_tiles_give_the_avx2_tiles_bits(k, n):
