@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from sglang_ssd.cpu import attention as cpu_attention  # noqa: E402
 from sglang_ssd.cpu import linear as cpu_linear  # noqa: E402
+from sglang_ssd.cpu.allocator import keep_freed_memory  # noqa: E402
 from sglang_ssd.draft.config import ModelConfig  # noqa: E402
 from sglang_ssd.draft.model import DraftModel, Span  # noqa: E402
 from sglang_ssd.draft.request import RequestState, Stage  # noqa: E402
@@ -451,6 +452,7 @@ def main(argv: list[str] | None = None) -> None:
         raise ValueError(f"max_n must be ≥ 1, got {args.max_n}")
     torch.set_num_threads(1)
     torch.manual_seed(0)
+    keep_freed_memory()  # the servers' malloc policy (sglang_ssd/cpu/allocator.py)
     repeats = 7 if args.quick else args.repeats
     if args.l0_only:
         out = Path(args.out)

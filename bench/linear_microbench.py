@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.readme_blocks import write_block  # noqa: E402
 from sglang_ssd.cpu import linear as cpu_linear  # noqa: E402
+from sglang_ssd.cpu.allocator import keep_freed_memory  # noqa: E402
 
 ROTATE_BYTES = 96 << 20  # > the 32 MB L3 of the machines this was written on
 
@@ -228,6 +229,7 @@ def measure(routes: dict, xs: dict[int, torch.Tensor], copies: int, repeats: int
 
 def run(args) -> dict:
     torch.set_num_threads(1)
+    malloc = "keep" if keep_freed_memory() else "default"  # as the servers run (sglang_ssd/cpu/allocator.py)
     shapes = target_shapes(Path(args.target))
     lib = probes()
     roof = roofline(lib)
@@ -237,7 +239,7 @@ def run(args) -> dict:
           f"(best: {roof['overlap']['best']})", flush=True)
     ms_list = [1, 2, 4, 8, 16] if args.quick else list(range(1, 17))
     names = args.routes.split(",")
-    out = {"roofline": roof, "kernel_route": cpu_linear.describe(), "clock": args.clock, "shapes": {},
+    out = {"roofline": roof, "kernel_route": cpu_linear.describe(), "malloc": malloc, "clock": args.clock, "shapes": {},
            "loadavg": list(os.getloadavg())}  # fmt: skip
     g = torch.Generator().manual_seed(0)
     for name, (k, n) in shapes.items():

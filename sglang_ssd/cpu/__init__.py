@@ -1,14 +1,17 @@
 """Serving SGLang on plain CPUs: kernel stand-ins, a TARGET_VERIFY path for torch attention, and
 the small-M linear route (`linear.py`), the rotary embedding and the RMSNorm in C (`rope.py`,
-`rmsnorm.py`), SiLU-and-mul without SGLang's Python around it (`silu_mul.py`)."""
+`rmsnorm.py`), SiLU-and-mul without SGLang's Python around it (`silu_mul.py`), and a malloc policy that
+keeps a step's freed buffers in the process (`allocator.py`)."""
 
 
 def install_cpu_support() -> None:
     """Idempotent: stand-ins for missing kernel packages, the verify and decode attention hooks, the linear
-    route, the rotary embedding, the RMSNorm, SiLU-and-mul."""
+    route, the rotary embedding, the RMSNorm, SiLU-and-mul, the malloc policy."""
     from sglang_ssd.cpu import attention, linear_hooks, rmsnorm, rope, silu_mul, verify_attention
+    from sglang_ssd.cpu.allocator import keep_freed_memory
     from sglang_ssd.cpu.stand_ins import install
 
+    keep_freed_memory()
     install()
     verify_attention.register()
     attention.register()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from ..cpu.allocator import keep_freed_memory
 from ..wire.codec import Limits
 from ..wire.settings import DraftSettings, add_setting_flags, settings_from_flags
 from ..wire.spawn import READY
@@ -94,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     if not is_loopback(args.bind) and secret is None:
         logging.warning("serving %s beyond loopback without CURVE: anyone who can reach it can use it", args.bind)
     try:
+        if args.device == "cpu":  # a step's freed buffers stay in the process, as on the target side
+            keep_freed_memory()
         server = build_server(args)
     except (ValueError, OSError) as e:  # bad model folder, L0 file, flag value: one line, no traceback
         print(f"error: {e}", file=sys.stderr)
