@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import sys
 
@@ -23,13 +24,11 @@ _M_TRIM_THRESHOLD = -1  # <malloc.h>
 _M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 32 << 20  # glibc's ceiling for it on 64-bit systems
 TRIM_THRESHOLD = 1 << 30
-_done: list[bool] = []
 
 
+@functools.cache
 def keep_freed_memory() -> bool:
     """Apply the policy above once per process; whether it is in force."""
-    if _done:
-        return _done[0]
     setting = os.environ.get("SGLANG_SSD_CPU_MALLOC", "keep")
     if setting not in ("keep", "default"):
         raise ValueError(f"SGLANG_SSD_CPU_MALLOC={setting!r}: expected keep or default")
@@ -41,7 +40,6 @@ def keep_freed_memory() -> bool:
             on = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
         except (OSError, AttributeError):  # not glibc
             on = False
-    _done.append(on)
     if on:
         print(f"sglang_ssd: CPU malloc keeps freed memory in the process (glibc mmap threshold 32 MB, no trim; "
               f"SGLANG_SSD_CPU_MALLOC=default to leave glibc alone; pid {os.getpid()})", file=sys.stderr, flush=True)
