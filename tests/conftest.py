@@ -13,7 +13,7 @@ import pytest
 # The heavy servers of tests/e2e, in the order their groups run. A test belongs to the group of the
 # first of these it uses; tests using none of them (AR only) run before the groups.
 SERVER_GROUPS = ("ngram_server", "sd_server", "ssd_server", "ssd3_server", "ssd_auto_server", "self_server",
-                 "law_auto_server", "law_tp2_server", "law_dp2_server")
+                 "law_auto_server", "law_tp2_server", "law_dp2_server", "feature_ssd_server", "workers_server")
 
 
 def _order_key(index: int, item: pytest.Item) -> tuple[int, int, int, int]:

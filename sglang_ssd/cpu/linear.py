@@ -289,6 +289,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if x.dtype is not _F32 or (weight.dtype is not _F32 and weight.dtype is not _BF16):
         _skipped(f"{str(x.dtype).removeprefix('torch.')} rows with {str(weight.dtype).removeprefix('torch.')} "
                  "weights (it takes fp32 rows; serve with --dtype float32)")  # fmt: skip
+        if x.dtype != weight.dtype and x.is_floating_point() and weight.is_floating_point():
+            x = x.to(weight.dtype)  # torch refuses mixed dtypes: the rows take the model's (the weight's)
         return F.linear(x, weight, bias)
     fn = _state.get("fn", _UNRESOLVED)
     if fn is _UNRESOLVED:

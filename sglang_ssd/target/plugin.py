@@ -9,7 +9,7 @@ def register_ssd() -> None:
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
     from sglang.srt.speculative.spec_registry import get_spec
 
-    from sglang_ssd.target import metrics
+    from sglang_ssd.target import metrics, serving_guards
     from sglang_ssd.target.spec_algo import SSDSpecAlgo, validate_server_args, worker_factory
 
     if get_spec("SSD") is None:
@@ -17,6 +17,7 @@ def register_ssd() -> None:
             "SSD", supports_overlap=False, validate_server_args=validate_server_args, spec_class=SSDSpecAlgo
         )(worker_factory)
     metrics.register_hooks()
+    serving_guards.register()
 
 
 def load() -> None:

@@ -4,9 +4,9 @@ In: SGLang's batch becomes the verifier's inputs — the processed verify logits
 the seeded generators, the verify chain — and a request's sampling parameters the draft server's
 `DraftParams`. Out: the verifier's `ChainVerifyResult` becomes SGLang's accept layout.
 
-The verify logits are processed as SGLang processes them before sampling. Penalties and logit bias
-follow SGLang's speculative convention (the accumulated penalties of the committed context, the same
-for every position of the chain); the grammar mask is walked along the chain (xgrammar via SGLang's
+The verify logits are processed as SGLang processes them before sampling. Logit bias is the same at
+every position of the chain; penalties are the committed context's, which is exact because a request
+with penalties drafts nothing (`drafts_allowed`); the grammar mask is walked along the chain (xgrammar via SGLang's
 `build_grammar_vocab_mask`), so a token the grammar forbids has p = 0 at that position and can be
 neither accepted nor sampled as the bonus.
 """
@@ -78,6 +78,19 @@ def request_generators(batch):
         g.manual_seed((int(seed or 0) * 1_000_003 + len(req.output_ids)) % (1 << 63))
         gens.append(g)
     return gens
+
+
+def drafts_allowed(req) -> bool:
+    """Whether a request's rounds may carry drafts and stay exact.
+
+    SGLang folds a request's penalties in one token a step (the last committed one), and applies the
+    min-new-tokens EOS mask from the length at the round's start, to every position of a chain: with
+    several tokens a round, position j would see a history that lacks the drafts before it. A request
+    with penalties or min_new_tokens is therefore decoded one token a round (nothing drafted), which
+    keeps its law exactly AR's."""
+    sp = req.sampling_params
+    return (sp.frequency_penalty == 0 and sp.presence_penalty == 0 and sp.repetition_penalty == 1
+            and not sp.min_new_tokens)
 
 
 def draft_params(req) -> DraftParams:

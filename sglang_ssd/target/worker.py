@@ -39,6 +39,7 @@ from sglang_ssd.target.target_logits import (
     AcceptLayout,
     accept_layout,
     draft_params,
+    drafts_allowed,
     processed_logits,
     request_generators,
     sampled_outcome,
@@ -156,7 +157,7 @@ class SSDWorker(BaseSpecWorker):
     def _speculations(self, batch) -> list[Speculation | None]:
         """The pending speculation of every request; opens requests the draft server does not know."""
         specs = [self.pending.pop(req.rid, None) if self.link.is_open(req.rid) else None for req in batch.reqs]
-        new = [i for i, spec in enumerate(specs) if spec is None]
+        new = [i for i, spec in enumerate(specs) if spec is None and drafts_allowed(batch.reqs[i])]
         if new:  # every request the draft server does not know yet, in one message per server
             opens = []
             for i in new:

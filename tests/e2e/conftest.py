@@ -364,3 +364,55 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("e2e sampling tests: power")
         for line in POWER_REPORTS:
             terminalreporter.write_line(line)
+
+
+# ---- the feature matrix (tests/e2e/test_features.py): AR and SSD with the same opt-in features --------
+FEATURE_ARGS = ("--enable-custom-logit-processor", "--disable-radix-cache")  # the latter: input_embeds
+
+
+@pytest.fixture(scope="session")
+def feature_ar_server(target_path):
+    server = start_server(target_path, *FEATURE_ARGS, log_name="feature_ar")
+    held("feature_ar_server", server.stop)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def feature_ssd_server(target_path, draft_path):
+    server = start_server(
+        target_path, *FEATURE_ARGS, "--speculative-algorithm", "SSD", "--speculative-draft-model-path",
+        str(draft_path), *SSD_FLAGS, log_name="feature_ssd",
+    )  # fmt: skip
+    held("feature_ssd_server", server.stop)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def workers_server(target_path, draft_path):
+    """SSD behind four tokenizer worker processes, token ids in and out (the launch that once exited with
+    'Unknown speculative algorithm name: SSD': the workers never loaded the plugin)."""
+    server = start_server(
+        target_path, "--skip-tokenizer-init", "--incremental-streaming-output", "--tokenizer-worker-num", "4",
+        "--speculative-algorithm", "SSD", "--speculative-draft-model-path", str(draft_path), *SSD_FLAGS,
+        log_name="workers",
+    )  # fmt: skip
+    held("workers_server", server.stop)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def feature_context(tokenizer, target_path):
+    """Inputs the feature cases need (tests/e2e/features.py ``context``), the target's embedding rows too."""
+    from safetensors import safe_open
+
+    from tests.e2e.features import context
+
+    for path in sorted(target_path.glob("*.safetensors")):
+        with safe_open(str(path), "pt") as f:
+            key = next((k for k in f.keys() if k.endswith("embed_tokens.weight")), None)
+            if key is not None:
+                return context(tokenizer, f.get_tensor(key))
+    pytest.fail(f"no embedding table in {target_path}")
