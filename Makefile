@@ -32,7 +32,7 @@ $(VENV)/.installed-gpu: requirements/gpu.txt pyproject.toml
 	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 
-models: install models/target/config.json models/draft/config.json models/ngram.json
+models: install models/target/config.json models/draft/config.json models/ngram.json models/calibration.json
 
 models/target/config.json:
 	$(PY) -m sglang_ssd.tools.convert --out models/target
@@ -41,6 +41,10 @@ models/target/config.json:
 # rewrites nothing when they are the same).
 models/draft/config.json: models/target/config.json sglang_ssd/tools/weights/draft_weights.safetensors
 	$(PY) -m sglang_ssd.tools.draft_build --target models/target --out models/draft
+
+# This machine's forward costs: the launcher's planner picks K and ΣF from them (target/defaults.py).
+models/calibration.json: models/draft/config.json
+	$(PY) bench/calibrate.py --quick --no-readme --target models/target --draft models/draft --out $@
 
 models/ngram.json: models/target/config.json
 	$(PY) -m sglang_ssd.tools.ngram --target models/target --out models/ngram.json

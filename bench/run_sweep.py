@@ -74,6 +74,9 @@ def configs(draft: str, k: str, budget: str, k_variants: list[str],
     out["ssd3"] = ([*ssd(), *chain, "--ssd-fanout", "geometric", "--ssd-draft-cores", "1", "--ssd-backup", "auto"],
                    {**meta, "backup": "auto", "levels": 3})
     out["ssd_kauto"] = ([*ssd("auto"), "--ssd-draft-cores", "1"], {**meta, "k": "auto", "backup": "auto"})
+    # No --ssd-k / --ssd-budget: what a user who names no SSD setting gets (target/defaults.py).
+    out["ssd_default"] = (["--speculative-algorithm", "SSD", "--speculative-draft-model-path", draft,
+                           "--ssd-draft-cores", "1"], {**meta, "k": "default", "budget": 0, "backup": "auto"})
     for kk in k_variants:  # fixed-K SSD points next to `--ssd-k auto`
         out[f"ssd_k{kk}"] = ([*ssd(kk), "--ssd-draft-cores", "1", "--ssd-backup", "auto"],
                              {**meta, "k": int(kk), "backup": "auto"})
@@ -279,6 +282,7 @@ def headline(records: list[dict]) -> list[str]:
                 lines.append(f"3-level {deep.upper()}/{flat.upper()} (T={t:g}, c=1) = "
                              f"{at[deep]['output_throughput'] / at[flat]['output_throughput']:.2f}")
     lines += draft_lines(records)
+    lines += defaults_lines(records)
     lines += auto_k_lines(records)
     lines += route_lines(records)
     return lines
@@ -361,6 +365,40 @@ def verify_step_line(ssd: dict, plain: dict, suffix: str) -> str:
     return line
 
 
+def fixed_k_configs(at: dict) -> list[dict]:
+    """The fixed-K SSD records of one point (``ssd`` and ``ssd_kN``)."""
+    return [r for n, r in at.items() if n == "ssd" or (n.startswith("ssd_k") and n != "ssd_kauto")]
+
+
+def defaults_lines(records: list[dict]) -> list[str]:
+    """The launch with no SSD flag (``ssd_default``) against AR and the best fixed K, in the fixed form
+    ``defaults: SSD/AR = x at c = 1 (best fixed K = k: y; default/best = z; worst default/best over
+    c ≤ C = w)`` at T = 0, then each point."""
+    at_point = {}
+    for r in records:
+        at_point.setdefault((r["temperature"], r["concurrency"]), {})[r["config"]] = r
+    rows, worst = [], None
+    for (t, c), at in sorted(at_point.items()):
+        default, ar, fixed = at.get("ssd_default"), at.get("ar"), fixed_k_configs(at)
+        if not default or not ar or not fixed:
+            continue
+        best = max(fixed, key=lambda r: r["output_throughput"])
+        vs_best = default["output_throughput"] / best["output_throughput"]
+        rows.append((t, c, default["output_throughput"] / ar["output_throughput"], best, vs_best, ar))
+        if worst is None or vs_best < worst[0]:
+            worst = (vs_best, t, c)
+    one = next((row for row in rows if row[0] == 0 and row[1] == 1), None)
+    if one is None:
+        return []
+    _, _, x, best, z, ar = one
+    c_max = max(c for _, c, *_ in rows)
+    out = [f"defaults: SSD/AR = {x:.2f} at c = 1 (best fixed K = {best['k']}: "
+           f"{best['output_throughput'] / ar['output_throughput']:.2f}; default/best = {z:.2f}; "
+           f"worst default/best over c ≤ {c_max} = {worst[0]:.2f} at T = {worst[1]:g}, c = {worst[2]})"]
+    out += [f"default T={t:g} c={c}: {x_:.2f}x AR, {z_:.2f}x best fixed K = {b['k']}" for t, c, x_, b, z_, _ in rows]
+    return out
+
+
 def auto_k_lines(records: list[dict]) -> list[str]:
     """`--ssd-k auto` against the best fixed-K SSD configuration and AR at every point of the run.
     With an `ar_repeat` server in the run, the noise band is the largest |AR repeat / AR − 1| over
@@ -374,7 +412,7 @@ def auto_k_lines(records: list[dict]) -> list[str]:
     fails = []
     for (t, c), at in at_point.items():
         auto, ar = at.get("ssd_kauto"), at.get("ar")
-        fixed = [r for n, r in at.items() if n == "ssd" or (n.startswith("ssd_k") and n != "ssd_kauto")]
+        fixed = fixed_k_configs(at)
         if not auto or not ar:
             continue
         line = f"auto-K T={t:g} c={c}: {auto['output_throughput']:.1f} tok/s = "

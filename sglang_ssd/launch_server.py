@@ -20,6 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sglang_ssd.target import defaults
 from sglang_ssd.target.config import ENV_JSON, ConfigError, add_ssd_arguments, config_from_args
 
 CPU_DEFAULTS = (
@@ -109,8 +110,10 @@ def build_sglang_argv(argv: list[str]) -> tuple[list[str], dict[str, str], argpa
         _check_model_path("--speculative-draft-model-path", ns.speculative_draft_model_path)
         try:
             config = config_from_args(ns, ns.speculative_draft_model_path)
+            config, line = defaults.apply(config, {a.split("=")[0] for a in argv}, ns.speculative_draft_model_path)
         except ConfigError as e:
             raise LaunchError(str(e)) from None
+        print(f"sglang_ssd: {line}", file=sys.stderr, flush=True)
         if config.draft_chain and ns.speculative_draft_model_path and (
             os.path.realpath(ns.speculative_draft_model_path) != os.path.realpath(config.draft_chain[1])
         ):

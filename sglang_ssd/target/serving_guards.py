@@ -25,6 +25,7 @@ from sglang_ssd.hooks import register_once
 
 EMBEDS_TARGET = "sglang.srt.model_executor.model_runner.ModelRunner._extend_forward_kwargs"
 VALIDATE_TARGET = "sglang.srt.managers.tokenizer_manager.TokenizerManager._validate_one_request"
+SHAPE_TARGET = "sglang.srt.managers.io_struct.GenerateReqInput._determine_batch_size"
 FANOUT_TARGET = "sglang.srt.managers.io_struct.GenerateReqInput._handle_parallel_sampling"
 MAX_SEQUENCES_PER_REQUEST = 256
 MAX_TOP_LOGPROBS = 256  # alternatives returned per token: each costs a row of the answer
@@ -100,6 +101,16 @@ def custom_processors_enabled() -> bool:
     return bool(get_exec().features.enable_custom_logit_processor)
 
 
+def embeds_not_empty(obj, *args, **kwargs):
+    """SGLang reads ``input_embeds[0][0]`` to tell one request from a batch: an empty list (or first
+    row) failed there with an IndexError, a 500 instead of a 400."""
+    embeds = obj.input_embeds
+    if obj.text is None and obj.input_ids is None and embeds is not None:
+        if not isinstance(embeds, list) or not embeds or not isinstance(embeds[0], list) or not embeds[0]:
+            raise ValueError("input_embeds must be a non-empty list of rows (or a list of such lists)")
+    return None
+
+
 def bounded_fanout(_result, obj, *args, **kwargs):
     n = obj.parallel_sample_num
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -119,5 +130,6 @@ def point_workers_at_plugin_app() -> None:
 def register() -> None:
     register_once(EMBEDS_TARGET, embeds_in_model_dtype)
     register_once(VALIDATE_TARGET, validate_request, "BEFORE")
+    register_once(SHAPE_TARGET, embeds_not_empty, "BEFORE")
     register_once(FANOUT_TARGET, bounded_fanout, "AFTER")
     point_workers_at_plugin_app()

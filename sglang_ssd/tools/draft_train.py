@@ -198,8 +198,10 @@ def collate(batch: list[dict], pad_id: int):
 
 
 def distill_loss(sub_logits: torch.Tensor, rows: torch.Tensor, t_logits: torch.Tensor,
-                 hard_weight: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Soft cross-entropy to the teacher's top-k restricted to the subset (+ hard CE on its argmax).
+                 hard_weight: float, tv_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Soft cross-entropy to the teacher's top-k restricted to the subset (+ hard CE on its argmax,
+    + the total-variation distance TV(p, q) = 1 − Σ min(p, q): a sampled draft token is accepted with
+    probability 1 − TV, so this term aims at acceptance itself rather than at likelihood).
 
     sub_logits [..., V_sub]; rows [..., k] (−1 = not in subset / no target); t_logits [..., k].
     Returns (loss, top-1 agreement rate on positions whose teacher argmax is in the subset).
@@ -214,6 +216,9 @@ def distill_loss(sub_logits: torch.Tensor, rows: torch.Tensor, t_logits: torch.T
     top_ok = pos & (rows[..., 0] >= 0)
     if hard_weight > 0:
         loss = loss + hard_weight * (-gathered[..., 0][top_ok]).mean()
+    if tv_weight > 0:  # p is zero outside the teacher's top-k rows, so Σ min(p, q) runs over those rows only
+        overlap = torch.minimum(p, gathered.exp() * valid).sum(-1)
+        loss = loss + tv_weight * (1.0 - overlap[pos]).mean()
     agree = (sub_logits.argmax(-1) == rows[..., 0])[top_ok].float().mean()
     return loss, agree
 
@@ -251,21 +256,21 @@ def lr_schedule(args):
     return lr_at
 
 
-def scored_loss(student, ids, att, rows, t_logits, bf16: bool, hard_weight: float):
+def scored_loss(student, ids, att, rows, t_logits, bf16: bool, hard_weight: float, tv_weight: float = 0.0):
     """The student's forward and distill_loss, with the head run on scored (answer) positions only:
     most positions are prompt, and the head is the largest matrix."""
     scored = (rows >= 0).any(-1)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         hidden = student.model(input_ids=ids, attention_mask=att).last_hidden_state
         sub = student.lm_head.sub_logits(hidden[scored])
-    return distill_loss(sub, rows[scored], t_logits[scored], hard_weight)
+    return distill_loss(sub, rows[scored], t_logits[scored], hard_weight, tv_weight)
 
 
 def train_step(student, opt, params, batch: list[dict], pad_id: int, lr: float, args) -> tuple[float, float]:
     ids, att, rows, t_logits = collate(batch, pad_id)
     for g in opt.param_groups:
         g["lr"] = lr
-    loss, agree = scored_loss(student, ids, att, rows, t_logits, args.bf16, args.hard_weight)
+    loss, agree = scored_loss(student, ids, att, rows, t_logits, args.bf16, args.hard_weight, args.tv_weight)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -333,6 +338,10 @@ def train(args) -> dict:
         torch.set_rng_state(state["torch_rng"])
         tqdm.write(f"resumed at step {start} from {checkpoint_path(args)}")
     lr_at = lr_schedule(args)
+    if val and start == 0:  # the starting point's figure, so a warm-started run is compared on one scale
+        vloss, vtop1 = validate(student, val, eos, args.bf16)
+        log["val"].append((0, round(vloss, 4), round(vtop1, 4)))
+        tqdm.write(f"step 0: held-out loss {vloss:.3f} top-1 agreement {vtop1:.3f}")
     student.train()
     bar = tqdm(range(start, args.steps), desc="distill", unit="step", initial=start, total=args.steps)
     for step in bar:
@@ -364,7 +373,8 @@ def train(args) -> dict:
         "total_wall_s": round(wall), "total_cpu_s": round(cpu), "out": str(args.out),
         "generation_cpu_s_recorded": round(sum(r.get("gen_cpu_s", 0.0) for r in records + held)),
         "holdout_every": args.holdout, "val_sharegpt": args.val_sharegpt, "val_log": log["val"],
-        "sharegpt_parts": args.sharegpt_parts, "init": str(args.init) if args.init else None,
+        "sharegpt_parts": args.sharegpt_parts, "hard_weight": args.hard_weight, "tv_weight": args.tv_weight,
+        "init": str(args.init) if args.init else None,
     }  # fmt: skip
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     return report
@@ -411,6 +421,8 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--freeze", type=lambda s: [x for x in s.split(",") if x], default=["head"],
                     help=f"comma list of parts kept as target copies: {','.join(FREEZE_GROUPS)}")
     ap.add_argument("--hard-weight", type=float, default=0.0)
+    ap.add_argument("--tv-weight", type=float, default=0.0,
+                    help="weight of the total-variation (acceptance) term beside the soft cross-entropy")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (the same weights for any count "
                     "only up to float rounding: 1 is the reproducible default)")
     # bf16 autocast is opt-in: on this AVX2 CPU (no native bf16) a step took 24x the fp32 time
@@ -441,9 +453,14 @@ def parse_args(argv: list[str] | None = None):
                     help="start from this draft weights file instead of target copies (same --freeze; its layers "
                     "must appear in --layers in order, added layers start as target copies); "
                     "its head rows come first; a larger --vocab adds rows (target copies) after them")
+    ap.add_argument("--resume-from-shipped", action="store_true",
+                    help="--init from the committed draft weights (copied under --out's folder first), with "
+                    "their layers unless --layers is given: training goes on from what was shipped")
     ap.add_argument("--resume", action="store_true",
                     help="checkpoint at every validation next to --out, and go on from one if it is there")
     args = ap.parse_args(argv)
+    if args.resume_from_shipped:
+        args.init = shipped_copy(args.out.parent, layers_given="--layers" in (argv or sys.argv[1:]), args=args)
     if args.steps <= 0 or args.batch <= 0 or args.lr <= 0 or args.parts < 0 or args.holdout < 0:
         raise ValueError("--steps, --batch and --lr must be positive, --parts and --holdout non-negative")
     if args.init is not None and args.init.resolve() == args.out.resolve():
@@ -453,6 +470,22 @@ def parse_args(argv: list[str] | None = None):
     if not 0 <= args.val_sharegpt <= 256 or args.sharegpt_parts < 0:
         raise ValueError("--val-sharegpt must be in [0, 256] (the held-out slice), --sharegpt-parts >= 0")
     return args
+
+
+def shipped_copy(folder: Path, layers_given: bool, args) -> Path:
+    """A copy of the committed draft weights in `folder` (the run may write its --out over the committed
+    file), and its layers as --layers unless they were given."""
+    import shutil
+
+    from sglang_ssd.tools.draft_build import read_weights
+
+    folder.mkdir(parents=True, exist_ok=True)
+    copy = folder / "shipped_init.safetensors"
+    if copy.resolve() != DEFAULT_OUT.resolve():
+        shutil.copyfile(DEFAULT_OUT, copy)
+    if not layers_given:
+        args.layers = list(read_weights(copy)[0]["draft_source_layers"])
+    return copy
 
 
 def main(argv: list[str] | None = None) -> int:

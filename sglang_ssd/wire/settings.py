@@ -60,7 +60,9 @@ def _is_number(v) -> bool:
 
 @dataclass
 class DraftSettings:
-    k: int | str = field(default=7, metadata=_flag(parse_k, "draft tokens per round (K), or auto"))
+    # K and ΣF without a calibration file (target/defaults.py picks them from one): the fastest fixed
+    # pair measured on this project's CPU at batch 1 (bench/README.md).
+    k: int | str = field(default=4, metadata=_flag(parse_k, "draft tokens per round (K), or auto"))
     fanout: str = field(default="geometric", metadata=_flag(str, "fan-out over the K positions: geometric or uniform"))
     budget: int = field(default=24, metadata=_flag(int, "Σ F_k: branches per request per round"))
     saguaro_c: float = field(default=1.0, metadata=_flag(float, "Saguaro C in [0, 1] (1 = off)"))

@@ -16,9 +16,13 @@ pytestmark = pytest.mark.server
 
 
 def alive(server) -> bool:
+    """The process runs and a real generation answers (SGLang's /health_generate)."""
+    import urllib.request
+
     try:
-        return server.proc.poll() is None and server.get("/health_generate", timeout=120) is not None
-    except Exception:
+        with urllib.request.urlopen(f"{server.url}/health_generate", timeout=120) as r:
+            return server.proc.poll() is None and r.status == 200
+    except OSError:
         return False
 
 

@@ -1,0 +1,65 @@
+"""The SSD settings a launch gets when it names none: chosen by the planner from this machine's costs.
+
+`make models` measures the target's forward by verify width and the draft's steps and tree rounds
+(``bench/calibrate.py --quick``) into ``models/calibration.json``, next to the model folders. A launch
+with ``--speculative-algorithm SSD`` and neither ``--ssd-k`` nor ``--ssd-budget`` hands that file to
+the planner (``sglang_ssd/plan.py``) and takes its fastest SSD configuration at batch 1: K and ΣF (the
+geometric fan-out follows from them). It prints that choice and why in one line; any ``--ssd-k`` or
+``--ssd-budget`` flag overrides it. Without a calibration file the measured-best constants of
+``wire/settings.py`` (K = 4, ΣF = 24 on this project's CPU) stay, and the line says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+CALIBRATION_ENV = "SGLANG_SSD_CALIBRATION"
+CALIBRATION_NAME = "calibration.json"
+# The shipped draft's greedy per-token acceptance on held-out text is 0.43-0.50
+# (sglang_ssd/tools/weights/draft_eval*.json): the planner prices K with the middle of that range.
+PRIOR_ALPHA = 0.47
+CHOSEN = ("k", "budget")
+
+
+def calibration_path(draft_model_path: str | None) -> Path | None:
+    """``$SGLANG_SSD_CALIBRATION``, else ``calibration.json`` beside the draft's model folder."""
+    if os.environ.get(CALIBRATION_ENV):
+        return Path(os.environ[CALIBRATION_ENV])
+    if draft_model_path:
+        return Path(draft_model_path).absolute().parent / CALIBRATION_NAME
+    return None
+
+
+def choose(calibration: dict, alpha: float = PRIOR_ALPHA) -> tuple[int, int, str]:
+    """(K, ΣF, why) from the planner's fastest SSD prediction at batch 1."""
+    from sglang_ssd.plan import plan
+
+    p = plan(calibration, alpha, r=1.0, batch=1, k_max=7)
+    best = p.best_ssd
+    if best is None:
+        raise ValueError("the calibration has no draft timings")
+    why = (f"planner at α = {alpha:.2f}: {best.tok_s / p.ar.tok_s:.2f}x AR predicted at c = 1 "
+           f"(fan-out {list(best.fanout)}, p_hit {best.p_hit:.2f})")  # fmt: skip
+    return best.k, best.budget, why
+
+
+def apply(config, given: set[str], draft_model_path: str | None):
+    """``config`` with K and ΣF from the calibration where no flag set them ⇒ (config, one log line)."""
+    flags = {f"--ssd-{name}" for name in CHOSEN}
+    if given & flags:
+        return config, f"SSD settings from flags: K = {config.k}, ΣF = {config.budget}"
+    if config.draft_endpoints:  # a draft server started elsewhere drafts with the settings it was given
+        return config, f"SSD settings K = {config.k}, ΣF = {config.budget} (draft servers at --ssd-draft-endpoint)"
+    path = calibration_path(draft_model_path)
+    if path is None or not path.is_file():
+        return config, (f"SSD defaults K = {config.k}, ΣF = {config.budget} (no calibration at {path}: "
+                        "`make models` writes one; --ssd-k / --ssd-budget override)")  # fmt: skip
+    try:
+        k, budget, why = choose(json.loads(path.read_text()))
+    except (ValueError, KeyError, TypeError) as exc:
+        return config, f"SSD defaults K = {config.k}, ΣF = {config.budget} ({path} unusable: {exc})"
+    return replace(config, k=k, budget=budget).validate(), (
+        f"SSD settings from {path}: K = {k}, ΣF = {budget} ({why}; --ssd-k / --ssd-budget override)")
