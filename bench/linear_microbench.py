@@ -19,7 +19,7 @@ together exceed the last-level cache, as in a real decode step, which streams 54
 dropped as its product returns, as a forward consumes it (`each`). All routes run interleaved, repeat
 by repeat; the table gives medians.
 
-    python bench/linear_microbench.py                  # table + JSON in bench/results/, README block
+    python bench/linear_microbench.py                  # tables + JSON in bench/results/, summary in bench/README.md
     python bench/linear_microbench.py --quick          # fewer M, fewer repeats
 """
 
@@ -344,13 +344,26 @@ def markdown(out: dict) -> str:
                          + f" | {v['kernel'] / v['bound_ms']:.2f} | "
                          + (f"{v['kernel'] / v['torch']:.2f} |" if "torch" in v else "– |"))  # fmt: skip
         lines.append("")
-    lines.append("| shape | worst kernel / bound | M over 1.3x the bound | worst kernel / torch | worst cost(M ≤ 4) / cost(1) |")
-    lines.append("|---|---|---|---|---|")
+    lines += check_table(out)
+    return "\n".join(lines)
+
+
+def check_table(out: dict) -> list[str]:
+    """One row per shape: the worst cells of its table against the targets."""
+    lines = ["| shape | worst kernel / bound | M over 1.3x the bound | worst kernel / torch | worst cost(M ≤ 4) / cost(1) |",
+             "|---|---|---|---|---|"]
     for name, c in out["checks"].items():
         over = ", ".join(str(m) for m in c["m_over_1_3x_bound"]) or "none"
         lines.append(f"| {name} | {c['worst_kernel_over_bound']} | {over} | {c['worst_kernel_over_torch']} | "
                      f"{c['worst_m_le_4_over_m1']} |")  # fmt: skip
-    return "\n".join(lines)
+    return lines
+
+
+def summary(out: dict, tables: str) -> str:
+    """The results page's block: the roofline line and the per-shape worst cells; the per-M tables stay in
+    ``tables`` (the markdown file next to the JSON)."""
+    first = markdown(out).split("\n", 1)[0]
+    return "\n".join([first, "", *check_table(out), "", f"Per shape and M: `{tables}`."])
 
 
 def main() -> int:
@@ -374,9 +387,11 @@ def main() -> int:
     out = run(args)
     Path(args.out).write_text(json.dumps(out, indent=1))
     md = markdown(out)
-    Path(args.out).with_suffix(".md").write_text(md + "\n")
+    tables = Path(args.out).with_suffix(".md")
+    tables.write_text(md + "\n")
     if not args.no_readme:
-        write_block("linear-microbench", md)
+        shown = tables.resolve().relative_to(ROOT / "bench") if tables.resolve().is_relative_to(ROOT / "bench") else tables
+        write_block("linear-microbench", summary(out, str(shown)))
     print(json.dumps(out["checks"], indent=1))
     return 0
 
