@@ -20,3 +20,16 @@ def write_block(name: str, text: str, readme: Path = README) -> bool:
     _, tail = rest.split(end, 1)
     readme.write_text(f"{head}{begin}\n{text}\n{end}{tail}")
     return True
+
+
+def write_line(prefix: str, text: str, readme: Path = README) -> bool:
+    """Replace the fixed-form line that starts with ``prefix`` (after its indent) by ``text``; False (and
+    a note on stderr) if there is none."""
+    lines = readme.read_text().split("\n")
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith(prefix):
+            lines[i] = line[: len(line) - len(line.lstrip())] + text
+            readme.write_text("\n".join(lines))
+            return True
+    print(f"{readme}: no line starting {prefix!r}; not written there", file=sys.stderr)
+    return False

@@ -675,6 +675,11 @@ def render(records: list[dict], out: Path, calibration: str | None) -> None:
     plot(merged, out / "pareto.png")
     print(md)
     print("\n".join(lines))
+    for line in lines:  # the results page keeps the launch defaults' line current
+        if line.startswith("defaults: "):
+            from bench.readme_blocks import write_line
+
+            write_line("defaults: ", line)
     if calibration:
         from sglang_ssd.planner.sweep import checkable, compare_sweep
 
