@@ -1,0 +1,30 @@
+"""bench/step_overhead.py without a server: a py-spy stack's phase, and the fixed-form line."""
+
+from collections import Counter
+
+from bench.step_overhead import PHASES, phase_of, report, split
+
+
+def test_a_stack_falls_in_the_first_phase_it_reaches():
+    ssd_entry = "forward_batch_generation (/x/sglang_ssd/target/worker.py:90)"
+    model = "forward_batch_generation (/x/sglang/srt/managers/tp_worker.py:600)"
+    assert phase_of(f"loop (s.py:1);{ssd_entry};_propose (w.py:2);recv (z.py:3)") == "ssd_round"
+    assert phase_of(f"loop (s.py:1);{ssd_entry};_verify (w.py:1);{model};linear (l.py:2)") == "forward"
+    assert phase_of("loop (s.py:1);process_batch_result (s.py:9)") == "result"
+    assert phase_of("loop (s.py:1);on_idle (s.py:2)") == "idle"
+    assert phase_of("loop (s.py:1);something (s.py:2)") == "other"
+
+
+def test_phase_milliseconds_add_up_to_the_tpot():
+    ms = split(Counter({"forward": 60, "result": 30, "idle": 10}), 40.0)
+    assert ms["forward"] == 24.0 and ms["result"] == 12.0 and abs(sum(ms.values()) - 40.0) < 1e-9
+    assert set(ms) == {*PHASES, "other"}
+
+
+def test_the_fixed_form_line():
+    ar = {"config": "ar", "concurrency": 1, "median_tpot_ms": 33.0, "phase_ms_per_token": split(Counter(), 33.0),
+          "samples": 0}
+    ssd = {**ar, "config": "ssd", "median_tpot_ms": 25.0, "accept_length": 1.6, "verify_ms": 36.0}
+    line = report([ar, ssd], 30.0, 29.0, 31.0)[0]
+    assert line == ("step overhead: AR TPOT 33.0 ms over a plain forward 30.0 ms = 1.10 (c = 1); "
+                    "SSD round 40.0 ms over its verify 36.0 ms = 1.11")
