@@ -53,26 +53,34 @@ PHASES = {
 }
 
 
+def py_spy() -> str:
+    return str(Path(sys.executable).parent / "py-spy")
+
+
 def scheduler_pid(server: SGLangServer) -> int:
+    """The scheduler among the server's processes (SGLang titles it ``sglang::scheduler`` once it runs)."""
     import psutil
 
     for child in psutil.Process(server.proc.pid).children(recursive=True):
         try:
-            text = " ".join(child.cmdline()) + " " + child.name()
+            if "sglang::scheduler" in " ".join(child.cmdline()):
+                return child.pid
         except psutil.Error:
             continue
-        if "scheduler" in text:
-            return child.pid
     raise RuntimeError("no scheduler process found under the server")
 
 
 def _matches(frame: str, mark: str) -> bool:
-    name, _, where = frame.partition(" (")
+    name, _, where = frame.partition(" (")  # py-spy writes "Class.method (file.py:line)"
     want, _, in_file = mark.partition("@")
-    return name == want and in_file in where
+    return name.rsplit(".", 1)[-1] == want and in_file in where
 
 
-def phase_of(stack: str) -> str:
+def phase_of(stack: str) -> str | None:
+    """The phase of one sample of the scheduler's main thread; None for its other threads (a tqdm
+    monitor, the watchdog), which wait all the time and are not the step."""
+    if "run_scheduler_process" not in stack:
+        return None
     frames = stack.split(";")
     for phase, marks in PHASES.items():
         if any(_matches(frame, mark) for frame in frames for mark in marks):
@@ -84,7 +92,7 @@ def profiled_bench(server: SGLangServer, dataset: Path, tokenizer: str, c: int, 
     """(bench_serving record, samples per phase) for one run with py-spy on the scheduler."""
     with tempfile.NamedTemporaryFile(suffix=".txt", delete=False) as f:
         raw = Path(f.name)
-    spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid",
+    spy = subprocess.Popen([py_spy(), "record", "--pid",
                             str(scheduler_pid(server)), "--rate", "200", "--idle", "--nonblocking", "--format",
                             "raw", "-o", str(raw)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     time.sleep(1.0)  # attached before the first request
@@ -96,8 +104,9 @@ def profiled_bench(server: SGLangServer, dataset: Path, tokenizer: str, c: int, 
     phases: Counter = Counter()
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
-        if stack and count.isdigit():
-            phases[phase_of(stack)] += int(count)
+        phase = phase_of(stack) if stack and count.isdigit() else None
+        if phase is not None:
+            phases[phase] += int(count)
     raw.unlink(missing_ok=True)
     return bench, phases
 

@@ -6,13 +6,15 @@ from bench.step_overhead import PHASES, phase_of, report, split
 
 
 def test_a_stack_falls_in_the_first_phase_it_reaches():
-    ssd_entry = "forward_batch_generation (/x/sglang_ssd/target/worker.py:90)"
-    model = "forward_batch_generation (/x/sglang/srt/managers/tp_worker.py:600)"
-    assert phase_of(f"loop (s.py:1);{ssd_entry};_propose (w.py:2);recv (z.py:3)") == "ssd_round"
-    assert phase_of(f"loop (s.py:1);{ssd_entry};_verify (w.py:1);{model};linear (l.py:2)") == "forward"
-    assert phase_of("loop (s.py:1);process_batch_result (s.py:9)") == "result"
-    assert phase_of("loop (s.py:1);on_idle (s.py:2)") == "idle"
-    assert phase_of("loop (s.py:1);something (s.py:2)") == "other"
+    ssd_entry = "SSDWorker.forward_batch_generation (/x/sglang_ssd/target/worker.py:90)"
+    model = "TpModelWorker.forward_batch_generation (/x/sglang/srt/managers/tp_worker.py:600)"
+    loop = "run_scheduler_process (scheduler.py:6368);Scheduler.event_loop_overlap (scheduler.py:2123)"
+    assert phase_of(f"{loop};{ssd_entry};SSDWorker._propose (w.py:2);recv (z.py:3)") == "ssd_round"
+    assert phase_of(f"{loop};{ssd_entry};SSDWorker._verify (w.py:1);{model};linear (l.py:2)") == "forward"
+    assert phase_of(f"{loop};Scheduler.process_batch_result (s.py:9)") == "result"
+    assert phase_of(f"{loop};Scheduler.on_idle (s.py:2);Poller.poll (poll.py:106)") == "idle"
+    assert phase_of(f"{loop};Scheduler.something (s.py:2)") == "other"
+    assert phase_of("Thread._bootstrap (threading.py:1002);TMonitor.run (tqdm/_monitor.py:69)") is None
 
 
 def test_phase_milliseconds_add_up_to_the_tpot():
