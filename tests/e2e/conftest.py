@@ -370,37 +370,32 @@ def pytest_terminal_summary(terminalreporter):
 FEATURE_ARGS = ("--enable-custom-logit-processor", "--disable-radix-cache")  # the latter: input_embeds
 
 
-@pytest.fixture(scope="session")
-def feature_ar_server(target_path):
-    server = start_server(target_path, *FEATURE_ARGS, log_name="feature_ar")
-    held("feature_ar_server", server.stop)
+def held_server(name: str, target_path: Path, *extra: str, log_name: str):
+    """A session server fixture's body: start, stop after the run's last user of ``name``, stop at exit."""
+    server = start_server(target_path, *extra, log_name=log_name)
+    held(name, server.stop)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def feature_ar_server(target_path):
+    yield from held_server("feature_ar_server", target_path, *FEATURE_ARGS, log_name="feature_ar")
 
 
 @pytest.fixture(scope="session")
 def feature_ssd_server(target_path, draft_path):
-    server = start_server(
-        target_path, *FEATURE_ARGS, "--speculative-algorithm", "SSD", "--speculative-draft-model-path",
-        str(draft_path), *SSD_FLAGS, log_name="feature_ssd",
-    )  # fmt: skip
-    held("feature_ssd_server", server.stop)
-    yield server
-    server.stop()
+    yield from held_server("feature_ssd_server", target_path, *FEATURE_ARGS, "--speculative-algorithm", "SSD",
+                           "--speculative-draft-model-path", str(draft_path), *SSD_FLAGS, log_name="feature_ssd")
 
 
 @pytest.fixture(scope="session")
 def workers_server(target_path, draft_path):
     """SSD behind four tokenizer worker processes, token ids in and out (the launch that once exited with
     'Unknown speculative algorithm name: SSD': the workers never loaded the plugin)."""
-    server = start_server(
-        target_path, "--skip-tokenizer-init", "--incremental-streaming-output", "--tokenizer-worker-num", "4",
-        "--speculative-algorithm", "SSD", "--speculative-draft-model-path", str(draft_path), *SSD_FLAGS,
-        log_name="workers",
-    )  # fmt: skip
-    held("workers_server", server.stop)
-    yield server
-    server.stop()
+    yield from held_server("workers_server", target_path, "--skip-tokenizer-init", "--incremental-streaming-output",
+                           "--tokenizer-worker-num", "4", "--speculative-algorithm", "SSD",
+                           "--speculative-draft-model-path", str(draft_path), *SSD_FLAGS, log_name="workers")
 
 
 @pytest.fixture(scope="session")
