@@ -9,9 +9,9 @@ non-blocking). Each sample is put in one phase by the frames on its stack: the m
 `forward_batch_generation`, which holds SSD's verify forward too), SSD's own round work outside it
 (proposals, verification, the draft link), sampling, processing the batch result (output ids, stop
 checks, sending to the detokenizer), receiving requests, scheduling, idle (waiting for work) and the
-rest. The phase shares times the median TPOT give each phase's milliseconds per token. py-spy's line
-numbers inside C calls can be off (target/module_timers.py), but a sample's stack still says which
-phase it is in, which is all this uses.
+rest. The table gives each phase's share of the samples. py-spy's line numbers inside C calls can be off
+(target/module_timers.py), but a sample's stack still says which phase it is in, which is all this
+uses.
 
 The plain forward `f` is also measured bare (`bench/calibrate.py`'s T_v(1): the same kernels on one
 request, no server) before and after the servers run, so the line below holds two independent
@@ -123,10 +123,11 @@ def bare_forward_ms(target: str, draft: str) -> float:
     return ms
 
 
-def split(phases: Counter, tpot_ms: float) -> dict:
-    """Milliseconds per token in each phase (the phase's share of the samples × the median TPOT)."""
+def split(phases: Counter) -> dict:
+    """Each phase's share (%) of the scheduler's samples over the whole run: decode steps, prefills and the
+    gaps between one request and the next (at c = 1 the scheduler waits while the client turns around)."""
     total = sum(phases.values()) or 1
-    return {p: round(tpot_ms * phases.get(p, 0) / total, 2) for p in [*PHASES, "other"]}
+    return {p: round(100.0 * phases.get(p, 0) / total, 1) for p in [*PHASES, "other"]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,10 +156,11 @@ def main(argv: list[str] | None = None) -> int:
                 bench, phases = profiled_bench(server, dataset, args.target, c, max(args.num_prompts, 4 * c),
                                                args.output_len)  # fmt: skip
                 rec = summarize(name, bench, before, ssd_state(server), {"concurrency": c, "temperature": 0.0})
-                rec["phase_ms_per_token"] = split(phases, rec["median_tpot_ms"])
+                rec["phase_percent"] = split(phases)
+                rec["phase_samples"] = dict(phases)
                 rec["samples"] = sum(phases.values())
                 records.append(rec)
-                print(f"{name} c={c}: TPOT {rec['median_tpot_ms']:.1f} ms, per token {rec['phase_ms_per_token']}",
+                print(f"{name} c={c}: TPOT {rec['median_tpot_ms']:.1f} ms, % of scheduler samples {rec['phase_percent']}",
                       flush=True)  # fmt: skip
     f_after = bare_forward_ms(args.target, args.draft)
     f = (f_before + f_after) / 2
@@ -183,10 +185,13 @@ def report(records: list[dict], f: float, f_before: float, f_after: float) -> li
         wall = ssd["median_tpot_ms"] * ssd["accept_length"]
         head += f"; SSD round {wall:.1f} ms over its verify {ssd['verify_ms']:.1f} ms = {wall / ssd['verify_ms']:.2f}"
     lines = [head, f"plain forward (bench/calibrate.py T_v(1), bare): {f_before:.1f} ms before, {f_after:.1f} ms after",
-             "", "| server | c | TPOT ms | " + " | ".join(f"{p} ms/tok" for p in [*PHASES, "other"]) + " | samples |",
+             "", "Scheduler time by phase, % of py-spy's samples of its main thread over the whole run (200 Hz; "
+             "samples py-spy could not read are missing, and they fall mostly inside C calls, so the forward's "
+             "share is a lower bound):", "",
+             "| server | c | TPOT ms | " + " | ".join(f"{p} %" for p in [*PHASES, "other"]) + " | samples |",
              "|---|---|---|" + "---|" * (len(PHASES) + 2)]  # fmt: skip
     for r in records:
-        cells = " | ".join(f"{r['phase_ms_per_token'][p]:.1f}" for p in [*PHASES, "other"])
+        cells = " | ".join(f"{r['phase_percent'][p]:.1f}" for p in [*PHASES, "other"])
         lines.append(f"| {r['config']} | {r['concurrency']} | {r['median_tpot_ms']:.1f} | {cells} | {r['samples']} |")
     return lines
 

@@ -6,7 +6,7 @@ A decode step allocates the same large outputs every time (the logits head's [M,
 first) from fresh mappings, and gives the top of its heap back to the system once more than twice that
 lies free there, so such a block keeps coming back as new pages: at M = 8, 352 page faults and about
 0.9 ms on a 4.3 ms head product, in an interleaved run of the route against the same kernel called in a
-C loop (``bench/README.md``). With blocks up to 32 MB taken from the heap and no trimming, freed memory
+C loop (``bench/NOTEBOOK.md``). With blocks up to 32 MB taken from the heap and no trimming, freed memory
 is used again; the process keeps the largest heap it had (as tcmalloc or jemalloc do).
 
 ``SGLANG_SSD_CPU_MALLOC=default`` leaves glibc's policy alone; other C libraries are left alone anyway.

@@ -427,7 +427,7 @@ class _Arena:
     (transparent huge pages in ``madvise`` mode). Each 4 KB page of a weight stream costs a TLB miss
     (a two-level walk under a hypervisor) and the hardware prefetcher stops at every 4 KB boundary:
     in one interleaved ``bench/kernel_ab.sh`` run the same kernel on 2 MB pages took 0.70-0.73x the
-    time at M = 6-10 and 0.88-0.94x at M = 1 (``bench/README.md``). Sharing mappings puts the weights
+    time at M = 6-10 and 0.88-0.94x at M = 1 (``bench/NOTEBOOK.md``). Sharing mappings puts the weights
     under 2 MB (576 x 576 fp32 is 1.3 MB) on large pages too, without a partly used page each. A
     whole forward gains little from those (``bench/page_size_ab.py``: the same 0.95-0.98x of all-4 KB
     with or without them); one shape streamed on its own, as the draft server's steps and the

@@ -15,7 +15,7 @@ costs the hours, the answers themselves, is also kept in a small committed store
 uint16 ids, about 1 byte a token compressed, one `.npz` per data part; `AnswerStore`). A batch missing from the cache but present
 in the store is rebuilt from it by one teacher-forced forward of the target per sequence: the same
 top-k up to float rounding, for about 0.5-0.6 of the cost of generating it again
-(`bench/datagen_rebuild.py`; numbers in README.md).
+(`bench/datagen_rebuild.py`; numbers in docs/DRAFT_TRAINING.md).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-# Flags that make SGLang serve on a plain CPU (see docs in README, "CPU route"). Most are also the
+# Flags that make SGLang serve on a plain CPU (docs/CPU_ROUTE.md). Most are also the
 # launcher's CPU defaults; spelled out here, they pin the configuration of every benchmark server,
 # including `run_sweep --code-b` servers of older commits whose launcher lacked some of them.
 CPU_SERVER_ARGS = (

@@ -17,14 +17,14 @@ def test_a_stack_falls_in_the_first_phase_it_reaches():
     assert phase_of("Thread._bootstrap (threading.py:1002);TMonitor.run (tqdm/_monitor.py:69)") is None
 
 
-def test_phase_milliseconds_add_up_to_the_tpot():
-    ms = split(Counter({"forward": 60, "result": 30, "idle": 10}), 40.0)
-    assert ms["forward"] == 24.0 and ms["result"] == 12.0 and abs(sum(ms.values()) - 40.0) < 1e-9
-    assert set(ms) == {*PHASES, "other"}
+def test_phase_shares_add_up_to_all_samples():
+    share = split(Counter({"forward": 60, "result": 30, "idle": 10}))
+    assert share["forward"] == 60.0 and share["result"] == 30.0 and abs(sum(share.values()) - 100.0) < 1e-9
+    assert set(share) == {*PHASES, "other"}
 
 
 def test_the_fixed_form_line():
-    ar = {"config": "ar", "concurrency": 1, "median_tpot_ms": 33.0, "phase_ms_per_token": split(Counter(), 33.0),
+    ar = {"config": "ar", "concurrency": 1, "median_tpot_ms": 33.0, "phase_percent": split(Counter()),
           "samples": 0}
     ssd = {**ar, "config": "ssd", "median_tpot_ms": 25.0, "accept_length": 1.6, "verify_ms": 36.0}
     line = report([ar, ssd], 30.0, 29.0, 31.0)[0]

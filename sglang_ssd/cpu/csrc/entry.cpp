@@ -1,4 +1,4 @@
-// The compiled entry to the small-M linear (`linear.py`, "The CPU linear route" in the README), to
+// The compiled entry to the small-M linear (`linear.py`, docs/CPU_ROUTE.md), to
 // the paged attention with its KV write (`attention.py`), to the rotary embedding (`rope.py`), and to
 // SGLang's SiLU-and-mul (`silu_mul.py`).
 //
