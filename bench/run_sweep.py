@@ -365,6 +365,14 @@ def verify_step_line(ssd: dict, plain: dict, suffix: str) -> str:
     return line
 
 
+def by_point(records: list[dict]) -> dict[tuple, dict[str, dict]]:
+    """(temperature, concurrency) -> {configuration: record}, in point order."""
+    out: dict[tuple, dict[str, dict]] = {}
+    for r in sorted(records, key=lambda r: (r["temperature"], r["concurrency"])):
+        out.setdefault((r["temperature"], r["concurrency"]), {})[r["config"]] = r
+    return out
+
+
 def fixed_k_configs(at: dict) -> list[dict]:
     """The fixed-K SSD records of one point (``ssd`` and ``ssd_kN``)."""
     return [r for n, r in at.items() if n == "ssd" or (n.startswith("ssd_k") and n != "ssd_kauto")]
@@ -374,11 +382,8 @@ def defaults_lines(records: list[dict]) -> list[str]:
     """The launch with no SSD flag (``ssd_default``) against AR and the best fixed K, in the fixed form
     ``defaults: SSD/AR = x at c = 1 (best fixed K = k: y; default/best = z; worst default/best over
     c ≤ C = w)`` at T = 0, then each point."""
-    at_point = {}
-    for r in records:
-        at_point.setdefault((r["temperature"], r["concurrency"]), {})[r["config"]] = r
     rows, worst = [], None
-    for (t, c), at in sorted(at_point.items()):
+    for (t, c), at in by_point(records).items():
         default, ar, fixed = at.get("ssd_default"), at.get("ar"), fixed_k_configs(at)
         if not default or not ar or not fixed:
             continue
@@ -404,8 +409,7 @@ def auto_k_lines(records: list[dict]) -> list[str]:
     With an `ar_repeat` server in the run, the noise band is the largest |AR repeat / AR − 1| over
     the run's points, and each point says whether auto-K is within it of AR and of the best fixed K."""
     out = []
-    points = sorted({(r["temperature"], r["concurrency"]) for r in records})
-    at_point = {p: {r["config"]: r for r in records if (r["temperature"], r["concurrency"]) == p} for p in points}
+    at_point = by_point(records)
     repeats = [abs(at["ar_repeat"]["output_throughput"] / at["ar"]["output_throughput"] - 1)
                for at in at_point.values() if "ar" in at and "ar_repeat" in at]
     noise = max(repeats) if repeats else None

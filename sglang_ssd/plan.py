@@ -80,20 +80,23 @@ class Plan:
 
 def plan(calibration: dict, alpha: float, r: float, batch: int = 1, *, c: float = 1.0, temperature: float = 0.0,
          overhead_ms: float = 0.0, e_miss_fast: float = 1.0, k_max: int = 8, max_budget: int = 64,
-         fanout_mode: str = "geometric", stat: str = "median", saguaro: dict[float, float] | None = None) -> Plan:  # fmt: skip
+         fanout_mode: str = "geometric", stat: str = "median", saguaro: dict[float, float] | None = None,
+         tree_share: float | None = None) -> Plan:  # fmt: skip
     """Predict AR / SD / SSD for K = 0..k_max (SSD at its best budget 1..max_budget per K) and recommend.
 
     ``calibration``: the dict of ``bench/calibrate.py``. ``alpha``: per-token acceptance; ``r``, ``c``:
     the miss power law 1 − p_hit(F) = c·F^{−r}. ``saguaro``: predicted tok/s per Saguaro C measured at
-    this temperature (from a sweep), if any — C is not otherwise modelled.
+    this temperature (from a sweep), if any — C is not otherwise modelled. ``tree_share``: the most of
+    a verify step an SSD tree may take (``predict_ssd_best_budget``).
     """
     _check_inputs(alpha, r, c, batch, k_max, max_budget, fanout_mode, temperature, overhead_ms)
     costs = CostModel(calibration, stat)
     ks = range(1, k_max + 1) if costs.has_draft else range(0)
     ar = predict_ar(costs, batch)
     sd = [predict_sd(costs, alpha, K, batch=batch, overhead_ms=overhead_ms) for K in ks]
-    ssd = [predict_ssd_best_budget(costs, alpha, r, K, max_budget, batch=batch, c=c, overhead_ms=overhead_ms,
-                                   e_miss_fast=e_miss_fast, fanout_mode=fanout_mode) for K in ks]  # fmt: skip
+    ssd = [predict_ssd_best_budget(costs, alpha, r, K, max_budget, tree_share, batch=batch, c=c,
+                                   overhead_ms=overhead_ms, e_miss_fast=e_miss_fast, fanout_mode=fanout_mode)
+           for K in ks]  # fmt: skip
     best_sd = max(sd, key=_rate, default=None)
     best_ssd = max(ssd, key=_rate, default=None)
     recommended = max([ar, *sd, *ssd], key=_rate)  # ties keep AR (first)

@@ -223,9 +223,9 @@ def apply_penalties(
     (``draft_tokens [B, K]``). ``frequency``/``presence``/``repetition``: float ``[B]``.
     Returns float32 logits (a new tensor). SGLang order: additive penalties, then repetition scaling.
 
-    This per-position rule keeps the AR law under penalties. The SGLang worker does not use it: it
-    follows SGLang's speculative convention (``target/target_logits.py``: the committed context's
-    penalties at every position of the chain).
+    This per-position rule keeps the AR law under penalties. The SGLang worker does not use it: SGLang
+    folds one committed token a step into its penalty state, so the worker drafts nothing for a request
+    with penalties (``target/target_logits.py``, ``drafts_allowed``) and one token a round is AR's step.
     """
     batch, positions, vocab = logits.shape
     out = logits.float().clone()

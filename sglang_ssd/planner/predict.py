@@ -75,10 +75,15 @@ def predict_ssd(costs: CostModel, alpha: float, r: float, K: int, budget: int, *
 
 
 def predict_ssd_best_budget(costs: CostModel, alpha: float, r: float, K: int, max_budget: int,
-                            **kw) -> Prediction:  # fmt: skip
+                            tree_share: float | None = None, **kw) -> Prediction:  # fmt: skip
     """SSD at K with the budget ΣF in 1..``max_budget`` the model rates fastest (ties: the smaller);
-    ``kw``: as :func:`predict_ssd`."""
-    per_budget = (predict_ssd(costs, alpha, r, K, b, **kw) for b in range(1, max_budget + 1))
+    ``kw``: as :func:`predict_ssd`. ``tree_share``: only budgets whose tree takes at most that share of
+    the verify step (the smallest budget if none does). The model prices a round at max(T_verify,
+    T_tree), so its optimum fills the whole window; served, the draft server also answers the link and
+    drafts backups, and a tree at the window's edge turns hits into misses."""
+    per_budget = [predict_ssd(costs, alpha, r, K, b, **kw) for b in range(1, max_budget + 1)]
+    if tree_share is not None:
+        per_budget = [p for p in per_budget if p.draft_ms <= tree_share * p.verify_ms] or per_budget[:1]
     return max(per_budget, key=lambda p: p.tok_s)
 
 

@@ -3,9 +3,9 @@
 `make models` measures the target's forward by verify width and the draft's steps and tree rounds
 (``bench/calibrate.py --quick``) into ``models/calibration.json``, next to the model folders. A launch
 with ``--speculative-algorithm SSD`` and neither ``--ssd-k`` nor ``--ssd-budget`` hands that file to
-the planner (``sglang_ssd/planner``) and takes its fastest SSD configuration at batch 1 whose tree leaves
-a quarter of the verify step free: K and ΣF (the geometric fan-out follows from them). It prints that choice and why in one line; any ``--ssd-k`` or
-``--ssd-budget`` flag overrides it. Without a calibration file the measured-best constants of
+the planner (``sglang_ssd/plan.py``) and takes its fastest SSD configuration at batch 1 whose tree
+leaves a quarter of the verify step free: K and ΣF (the geometric fan-out follows from them). It
+prints that choice and why in one line; any ``--ssd-k`` or ``--ssd-budget`` flag overrides it. Without a calibration file the measured-best constants of
 ``wire/settings.py`` (K = 4, ΣF = 24 on this project's CPU) stay, and the line says so.
 """
 
@@ -34,24 +34,17 @@ def calibration_path(draft_model_path: str | None) -> Path | None:
     return None
 
 
-def choose(calibration: dict, alpha: float = PRIOR_ALPHA, k_max: int = 7, max_budget: int = 64) -> tuple[int, int, str]:
-    """(K, ΣF, why): the SSD setting the planner predicts fastest at batch 1 among those whose
-    pre-speculation tree takes at most ``TREE_SHARE`` of the verify step. The planner's own optimum fills
-    the whole verify window (its round costs max(T_verify, T_tree)); served, the draft server also
-    answers the link and drafts the backups, and a tree that overruns the window turns hits into misses
-    (2026-12-05: ΣF = 25 at K = 2, predicted 31.2 of 31.5 ms, hit 0.58 against 0.84 at ΣF = 24)."""
-    from sglang_ssd.planner.costs import CostModel
-    from sglang_ssd.planner.predict import predict_ar, predict_ssd
+def choose(calibration: dict, alpha: float = PRIOR_ALPHA) -> tuple[int, int, str]:
+    """(K, ΣF, why): the planner's fastest SSD setting at batch 1 whose tree takes at most ``TREE_SHARE``
+    of the verify step (2026-12-05, without the margin: ΣF = 25 at K = 2, a tree predicted at 31.2 of
+    31.5 ms, and served hit 0.58 against 0.84 at ΣF = 24)."""
+    from sglang_ssd.plan import plan
 
-    costs = CostModel(calibration, "median")
-    if not costs.has_draft:
+    p = plan(calibration, alpha, 1.0, batch=1, k_max=7, tree_share=TREE_SHARE)
+    best = p.best_ssd
+    if best is None:
         raise ValueError("the calibration has no draft timings")
-    fits = [p for k in range(1, k_max + 1) for b in range(1, max_budget + 1)
-            if (p := predict_ssd(costs, alpha, 1.0, k, b)).draft_ms <= TREE_SHARE * p.verify_ms]  # fmt: skip
-    if not fits:
-        raise ValueError(f"no tree fits in {TREE_SHARE:.0%} of a verify step")
-    best = max(fits, key=lambda p: (p.tok_s, -p.budget))
-    why = (f"planner at α = {alpha:.2f}: {best.tok_s / predict_ar(costs, 1).tok_s:.2f}x AR predicted at c = 1, "
+    why = (f"planner at α = {alpha:.2f}: {best.tok_s / p.ar.tok_s:.2f}x AR predicted at c = 1, "
            f"fan-out {list(best.fanout)}, p_hit {best.p_hit:.2f}, tree {best.draft_ms:.0f} of "
            f"{best.verify_ms:.0f} ms")  # fmt: skip
     return best.k, best.budget, why

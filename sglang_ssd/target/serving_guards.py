@@ -5,8 +5,8 @@
   first linear then fails on mixed dtypes inside the scheduler, which takes the whole server down.
 - Requests are checked where they enter (``TokenizerManager._validate_one_request``): a prompt of at
   least one token, token ids inside the vocabulary, at most ``MAX_TOP_LOGPROBS`` top logprobs, a
-  custom logit processor that loads; ``input_embeds`` rows of the model's hidden size, finite numbers, at most the
-  context length. A bad request is refused with a one-line error (HTTP 400) instead of reaching a
+  custom logit processor that loads; ``input_embeds`` rows of the model's hidden size, finite
+  numbers, at most the context length. A bad request is refused with a one-line error (HTTP 400) instead of reaching a
   forward that would fail and take the scheduler (the whole server) down with it.
 - One request fans out to at most ``MAX_SEQUENCES_PER_REQUEST`` sequences (prompts in the batch
   times ``n``): SGLang expands ``n`` into that many requests before any check, so a single

@@ -6,8 +6,8 @@ the seeded generators, the verify chain — and a request's sampling parameters 
 
 The verify logits are processed as SGLang processes them before sampling. Logit bias is the same at
 every position of the chain; penalties are the committed context's, which is exact because a request
-with penalties drafts nothing (`drafts_allowed`); the grammar mask is walked along the chain (xgrammar via SGLang's
-`build_grammar_vocab_mask`), so a token the grammar forbids has p = 0 at that position and can be
+with penalties drafts nothing (`drafts_allowed`); the grammar mask is walked along the chain (xgrammar
+via SGLang's `build_grammar_vocab_mask`), so a token the grammar forbids has p = 0 at that position and can be
 neither accepted nor sampled as the bonus.
 """
 

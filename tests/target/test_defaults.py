@@ -76,3 +76,14 @@ def test_the_chosen_k_reaches_the_draft_server_and_it_drafts_that_depth(calibrat
     hit = client.round([Outcome("a", accepted, bonus)])[0]
     assert hit.hit and hit.tokens.shape == (config.k,)
     client.close("a")
+
+
+def test_the_tree_margin_keeps_the_tree_inside_the_verify_step():
+    from sglang_ssd.plan import plan
+
+    cal = json.loads(CALIBRATION.read_text())
+    free = plan(cal, defaults.PRIOR_ALPHA, 1.0, k_max=7).best_ssd
+    held = plan(cal, defaults.PRIOR_ALPHA, 1.0, k_max=7, tree_share=defaults.TREE_SHARE).best_ssd
+    assert held.draft_ms <= defaults.TREE_SHARE * held.verify_ms
+    assert free.draft_ms > defaults.TREE_SHARE * free.verify_ms  # the margin changes the choice here
+    assert (held.k, held.budget) == defaults.choose(cal)[:2]
