@@ -28,7 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sglang_ssd.draft import attention_c  # noqa: E402
-from sglang_ssd.draft.attention import make_attention  # noqa: E402
+from sglang_ssd.draft.attention_factory import make_attention  # noqa: E402
 from sglang_ssd.draft.model import DraftModel, Span  # noqa: E402
 from sglang_ssd.draft.weights import linear_weights, load_weights  # noqa: E402
 

@@ -4,7 +4,8 @@ Each span attends over its own extent slots ``[0, kv_len)`` (a strided view of t
 its own boolean mask, through ``scaled_dot_product_attention`` (grouped-query heads handled natively).
 The FlashInfer path (``attention_flashinfer.py``) computes the same thing with one paged kernel call,
 the Triton path (``attention_triton.py``) with one Triton kernel, the C path (``attention_c.py``, the
-CPU default) with one C call per layer.
+CPU default) with one C call per layer. ``attention_factory.py`` picks one of them; the backends import
+this module (the reference, the shared mask), never the factory.
 """
 
 from __future__ import annotations
@@ -66,36 +67,3 @@ class TorchAttention:
             out[p.row : p.row + p.n] = o[0].transpose(0, 1)
         return out
 
-
-def make_attention(kind: str, cfg: ModelConfig, pool: KVPool, device: torch.device):
-    """"torch", "c", "flashinfer", "triton", or "auto" (on CUDA FlashInfer when it imports, else Triton,
-    else torch; on a CPU the C kernel for an fp32 pool on the kernel route, else torch)."""
-    if kind not in ("auto", "torch", "c", "flashinfer", "triton"):
-        raise ValueError(f"attention must be auto, torch, c, flashinfer or triton, got {kind!r}")
-    if kind in ("c", "auto") and device.type != "cuda":
-        from .attention_c import CAttention, c_attention_kernel
-
-        fn = c_attention_kernel(cfg, pool, device)
-        if fn is not None:
-            return CAttention(cfg, pool, device, fn)
-        if kind == "c":
-            raise ValueError("attention='c' needs a CPU fp32 pool and the C kernel route (SGLANG_SSD_CPU_LINEAR)")
-    if kind == "torch" or (kind == "auto" and device.type != "cuda"):
-        return TorchAttention(cfg, pool, device)
-    if kind == "triton":  # also on a CPU under TRITON_INTERPRET=1 (how the tests check it)
-        from .attention_triton import TritonAttention
-
-        return TritonAttention(cfg, pool, device)
-    if device.type != "cuda":
-        raise ValueError("attention='flashinfer' needs a cuda device")
-    try:
-        from .attention_flashinfer import FlashInferAttention
-    except ImportError:
-        if kind == "flashinfer":
-            raise
-        try:
-            from .attention_triton import TritonAttention
-        except ImportError:
-            return TorchAttention(cfg, pool, device)
-        return TritonAttention(cfg, pool, device)
-    return FlashInferAttention(cfg, pool, device)

@@ -11,23 +11,23 @@ A round for a batch of outcomes v = (k, t*):
 3. async mode: the request is queued for pre-speculation — glue, forks, K branch steps — which
    :meth:`work_step` advances one batched forward at a time so the server can answer between steps.
 
-The open requests and their bookkeeping live in ``draft/lifetime.py``, the way K tokens are drafted
-(the draft model alone, or L0 → L1) in ``draft/drafter.py``. No sockets here (see ``draft/server.py``);
+The settings are ``EngineConfig`` (``draft/engine_config.py``, also importable from here), the open
+requests and their bookkeeping live in ``draft/lifetime.py``, the way K tokens are drafted (the draft
+model alone, or L0 → L1) in ``draft/drafter.py``. No sockets here (see ``draft/server.py``);
 everything is driven by method calls, which is how the exactness tests use it.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import torch
 
 from ..wire.messages import DraftParams, Open, OutcomeMsg
-from ..wire.settings import DraftSettings
 from ..wire.speculation import Speculation
 from .backup import Draft, ensure_capacity, fast_draft
 from .drafter import make_drafter
+from .engine_config import EngineConfig
 from .kv_pool import PoolExhausted
 from .l0 import L0Level
 from .level_temps import TemperatureCalibrator
@@ -38,28 +38,6 @@ from .request import RequestState, Stage
 from .spec_store import SpecStore
 from .stats import EngineStats, Timer
 from .tree import glue_span, select_forks, tree_capacity
-
-
-@dataclass
-class EngineConfig(DraftSettings):
-    """The draft settings (wire/settings.py: K, fan-out, budget, Saguaro C, backup, mode, q-support, the
-    temperatures) plus limits only this server has. The engine drafts ``draft_k`` tokens per round (K,
-    AUTO_K_MAX under ``k="auto"``, at least 1). ``fanout_list``: a fixed F_0..F_K that replaces
-    ``fanout``/``budget``. ``sparse_top_k``: a request whose own top-k is at most this keeps q′ sparse
-    even with ``q_support`` 0."""
-
-    fanout_list: list[int] | None = None
-    sparse_top_k: int = 1024
-    max_requests: int = 1024
-    idle_timeout_s: float = 600.0
-    prefill_chunk: int = 512
-    max_open_tokens: int = 4096  # prompt tokens one open message may make this server prefill
-    # Prompt tokens an open message prefills before its reply (async mode); the prompts past this are
-    # prefilled in the background, at most ``prefill_chunk`` tokens per work step, between messages.
-    inline_prefill_tokens: int = 64
-    max_step_tokens: int = 4096
-    cache_mem_mb: float = 256.0
-
 
 Entry = tuple[int, RequestState, OutcomeMsg]  # (index in the round, request, its outcome)
 Hit = tuple[int, RequestState, OutcomeMsg, Draft]  # ... and the cached draft

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import random
 import time
-from typing import TYPE_CHECKING
 
 import torch
 from msgspec.structs import replace
 
 from ..wire.messages import DraftParams, OutcomeMsg
 from ..wire.speculation import Speculation
+from .engine_config import EngineConfig
 from .kv_pool import PoolExhausted
 from .level_temps import TemperatureCalibrator
 from .model import DraftModel
@@ -24,9 +24,6 @@ from .sampler import RowParams, row_params
 from .spec_store import SpecStore
 from .stats import EngineStats
 from .tree import tree_capacity_for
-
-if TYPE_CHECKING:
-    from .engine import EngineConfig
 
 
 class RequestError(ValueError):

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from sglang_ssd.cpu.linear import linear
 
-from .attention import make_attention
+from .attention_factory import make_attention
 from .config import ModelConfig
 from .kv_pool import KVPool
 from .rope import Rope

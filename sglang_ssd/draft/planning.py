@@ -9,14 +9,8 @@ neural below the critical batch size, fast above) unless forced.
 
 from __future__ import annotations
 
-import importlib
-import logging
-
-log = logging.getLogger("sglang_ssd.draft")
-
-
-def _algo(name: str):
-    return importlib.import_module(f"sglang_ssd.algo.{name}")
+from ..algo.fanout import AdaptiveFanoutPlanner
+from ..algo.policy import BackupPolicy
 
 
 class FanoutPlanner:
@@ -29,7 +23,7 @@ class FanoutPlanner:
             raise ValueError(f"a fixed fan-out needs K+1 = {k + 1} non-negative entries, got {fixed}")
         self.kind, self.k, self.budget = kind, k, budget
         self.fixed = list(fixed) if fixed is not None else None
-        self.algo = None if kind == "fixed" else _algo("fanout").AdaptiveFanoutPlanner(K=k, budget=budget, mode=kind)
+        self.algo = None if kind == "fixed" else AdaptiveFanoutPlanner(K=k, budget=budget, mode=kind)
 
     def plan(self, after_miss: bool = False) -> list[int]:
         if self.algo is None:
@@ -67,12 +61,7 @@ class BackupChooser:
         if mode not in ("auto", "neural", "fast"):
             raise ValueError(f"backup must be auto, neural or fast, got {mode!r}")
         self.mode, self.k = mode, k
-        self.policy = None
-        if mode == "auto":
-            try:
-                self.policy = _algo("policy").BackupPolicy()
-            except (ImportError, AttributeError):
-                log.warning("algo.policy.BackupPolicy is not available; --backup auto uses the neural backup")
+        self.policy = BackupPolicy() if mode == "auto" else None
 
     def observe(self, *, hits: int, requests: int, tokens_hit: float, tokens_miss: float, backup: str | None,
                 t_verify: float | None, t_spec: float | None, t_backup: float | None) -> None:

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from sglang_ssd.cpu import linear as cpu_linear
-from sglang_ssd.draft.attention import TorchAttention, make_attention
+from sglang_ssd.draft.attention import TorchAttention
 from sglang_ssd.draft.attention_c import CAttention
+from sglang_ssd.draft.attention_factory import make_attention
 from sglang_ssd.draft.config import ModelConfig
 from sglang_ssd.draft.kv_pool import KVPool
 from sglang_ssd.draft.model import Span

@@ -10,7 +10,8 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernel is defined: 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from sglang_ssd.draft.attention import TorchAttention, make_attention  # noqa: E402
+from sglang_ssd.draft.attention import TorchAttention  # noqa: E402
+from sglang_ssd.draft.attention_factory import make_attention  # noqa: E402
 from sglang_ssd.draft.config import ModelConfig  # noqa: E402
 from sglang_ssd.draft.kv_pool import KVPool  # noqa: E402
 from sglang_ssd.draft.model import Span  # noqa: E402
