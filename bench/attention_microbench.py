@@ -25,8 +25,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from sglang_ssd.cpu import attention  # noqa: E402
-from sglang_ssd.cpu import linear as cpu_linear  # noqa: E402
+from sglang_ssd.cpu import attention, clib  # noqa: E402
 
 HEADS, KV_HEADS, DIM = 9, 3, 64
 
@@ -38,7 +37,7 @@ def main() -> None:
     ap.add_argument("--code-b", default="", help="another checkout whose csrc/attention.c to time as well")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    fn = cpu_linear.attention_kernel()
+    fn = clib.attention_kernel()
     if fn is None:
         sys.exit("the C attention is off here (torch route, or no compiler)")
     kernels = {"a": fn}
@@ -77,7 +76,7 @@ def build_other(checkout: Path):
     """The AVX2 attention of another checkout, compiled here with this route's flags."""
     src = checkout / "sglang_ssd/cpu/csrc/attention.c"
     lib_path = Path(tempfile.mkdtemp()) / "attention_b.so"
-    subprocess.run(["gcc", *cpu_linear._CFLAGS, "-o", str(lib_path), str(src), "-lm"], check=True)
+    subprocess.run(["gcc", *clib._CFLAGS, "-o", str(lib_path), str(src), "-lm"], check=True)
     fn = ctypes.CDLL(str(lib_path)).ssd_attention_avx2
     p, n = ctypes.c_void_p, ctypes.c_long
     fn.argtypes = [p, n, p, p, p, n, p, n, p, p, ctypes.c_int, n, n, p, n, n, n, ctypes.c_float]

@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sglang_ssd.cpu import attention as cpu_attention  # noqa: E402
+from sglang_ssd.cpu import clib  # noqa: E402
 from sglang_ssd.cpu import linear as cpu_linear  # noqa: E402
 from sglang_ssd.cpu.allocator import keep_freed_memory  # noqa: E402
 from sglang_ssd.draft.config import ModelConfig  # noqa: E402
@@ -142,7 +143,7 @@ def served_attention(model, batch: int, capacity: int) -> ServedAttention | None
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
-    fn = cpu_linear.attention_kernel()
+    fn = clib.attention_kernel()
     if fn is None:
         return None
     cfg = model.config

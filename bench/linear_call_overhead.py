@@ -13,8 +13,10 @@ here is about 0.12 ms a step.
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 import statistics
+import sys
 import timeit
 from pathlib import Path
 
@@ -24,11 +26,15 @@ import torch.nn.functional as F
 from sglang_ssd.cpu import linear as cpu_linear
 
 
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location("code_b_linear", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _load(checkout: Path):
+    """``cpu/linear.py`` of another checkout, imported inside that checkout's ``sglang_ssd/cpu`` loaded as
+    the package ``code_b_cpu``, so that its own relative imports (``clib``) resolve there too."""
+    cpu = checkout / "sglang_ssd" / "cpu"
+    spec = importlib.util.spec_from_file_location("code_b_cpu", cpu / "__init__.py", submodule_search_locations=[str(cpu)])
+    package = importlib.util.module_from_spec(spec)
+    sys.modules["code_b_cpu"] = package
+    spec.loader.exec_module(package)
+    return importlib.import_module("code_b_cpu.linear")
 
 
 def main() -> int:
@@ -50,7 +56,7 @@ def main() -> int:
         "torch F.linear": lambda: F.linear(x, w),
     }
     if args.code_b:
-        other = _load(Path(args.code_b) / "sglang_ssd" / "cpu" / "linear.py")
+        other = _load(Path(args.code_b))
         w_b = torch.randn(16, 16)  # its own weight: the two modules cache different things on it
         cases[f"linear of {args.code_b}"] = lambda: other.linear(x, w_b)
     times = {name: [] for name in cases}

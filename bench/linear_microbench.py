@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.readme_blocks import write_block  # noqa: E402
+from sglang_ssd.cpu import clib  # noqa: E402
 from sglang_ssd.cpu import linear as cpu_linear  # noqa: E402
 from sglang_ssd.cpu.allocator import keep_freed_memory  # noqa: E402
 
@@ -234,7 +235,7 @@ def run(args) -> dict:
     lib = probes()
     roof = roofline(lib)
     print(f"roofline: read {roof['read_gb_s']} GB/s, FMA {roof['fma_g_per_s']} G/s (one core)", flush=True)
-    roof["overlap"] = overlap(lib, cpu_linear.avx512_tiles())
+    roof["overlap"] = overlap(lib, clib.avx512_tiles())
     print(f"overlap: read + FMAs of equal time run {roof['overlap']['best_ratio']}x the longer alone "
           f"(best: {roof['overlap']['best']})", flush=True)
     ms_list = [1, 2, 4, 8, 16] if args.quick else list(range(1, 17))

@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sglang_ssd.cpu import linear as cpu_linear  # noqa: E402
+from sglang_ssd.cpu import clib  # noqa: E402
 from sglang_ssd.prompts import export_bench_dataset  # noqa: E402
 from sglang_ssd.target import metrics as ssd_metrics  # noqa: E402
 from sglang_ssd.tools.server_process import CPU_SERVER_ARGS, SGLangServer  # noqa: E402
@@ -527,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
     # F.linear path) on the target and its draft server, next to NAME on the default route.
     for n in names:
         base, _, route = n.partition("@")
-        if route and base in all_cfgs and route in cpu_linear.ROUTES:
+        if route and base in all_cfgs and route in clib.ROUTES:
             extra, meta = all_cfgs[base]
             all_cfgs[n] = (extra, {**meta, "linear_route": route})
     # `NAME~old` runs configuration NAME with --old-draft instead of --draft (a draft A/B in one run).
@@ -561,7 +561,7 @@ def main(argv: list[str] | None = None) -> int:
             extra_args, _ = all_cfgs[name]
             print(f"[{i}/{len(names)}] starting {name} ...", flush=True)
             meta = all_cfgs[name][1]
-            env = {cpu_linear.ENV: meta["linear_route"]} if meta.get("linear_route") else {}
+            env = {clib.ENV: meta["linear_route"]} if meta.get("linear_route") else {}
             if meta.get("code") == "b":
                 env["PYTHONPATH"] = str(Path(args.code_b).resolve())
             servers[name] = SGLangServer(["--model-path", args.target, *CPU_SERVER_ARGS, *extra_args],

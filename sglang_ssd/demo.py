@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from sglang_ssd.cpu import linear as cpu_linear
+from sglang_ssd.cpu import clib
 from sglang_ssd.prompts import load_prompts
 from sglang_ssd.target import metrics
 from sglang_ssd.tools.server_process import CPU_SERVER_ARGS, SGLangServer
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"SSD/AR = {ratio:.2f} (K = {args.ssd_k}, budget {args.ssd_budget}, backup {args.ssd_backup}; "
           "one short run: `make bench` measures with repeats and a noise band)")
     # Both servers ran their linears on this route (their logs say so): SGLANG_SSD_CPU_LINEAR=torch for A/B.
-    print(f"CPU linear route: {cpu_linear.setting()} ({cpu_linear.ENV})")
+    print(f"CPU linear route: {clib.setting()} ({clib.ENV})")
     return 0
 
 

@@ -1,7 +1,8 @@
 """Serving SGLang on plain CPUs: kernel stand-ins, a TARGET_VERIFY path for torch attention, and
 the small-M linear route (`linear.py`), the rotary embedding and the RMSNorm in C (`rope.py`,
 `rmsnorm.py`), SiLU-and-mul without SGLang's Python around it (`silu_mul.py`), and a malloc policy that
-keeps a step's freed buffers in the process (`allocator.py`)."""
+keeps a step's freed buffers in the process (`allocator.py`). `clib.py` builds and loads the C kernels
+(`csrc/`) and picks the process's route; the modules above call them through it."""
 
 
 def install_cpu_support() -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from sglang_ssd.cpu import linear as cpu_linear
+from sglang_ssd.cpu import clib
 from sglang_ssd.hooks import register_once
 
 DECODE_TARGET = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_decode"
@@ -29,7 +29,7 @@ def kernel_for(q: torch.Tensor, layer):
     window = getattr(layer, "sliding_window_size", None)
     if getattr(layer, "is_cross_attention", False) or (window is not None and window > -1):
         return None
-    return cpu_linear.attention_kernel()
+    return clib.attention_kernel()
 
 
 def plain_pool(pool) -> bool:
@@ -52,7 +52,7 @@ def fused_attention(backend, q, k, v, layer, forward_batch, n: int, mask: torch.
     SGLang's plain pool makes and the same kernel, without their Python. None where it does not apply,
     with nothing written (except when the kernel finds no scratch memory, after an identical write);
     the caller then takes the ctypes path."""
-    entry = cpu_linear.attention_entry()
+    entry = clib.attention_entry()
     pool = backend.token_to_kv_pool
     if entry is None or kernel_for(q, layer) is None or not plain_pool(pool):
         return None

@@ -6,10 +6,8 @@ machine's read bandwidth. The kernel here reads each weight row once per call, r
 rows, and reduces every output element in one fixed order, so row r of an M-row call is
 bit-identical to the same row computed alone.
 
-Route, from ``SGLANG_SSD_CPU_LINEAR`` (read once, at the first call):
-- ``auto`` (default): the AVX2+FMA kernel where the CPU has it, else the portable C kernel;
-- ``portable``: the portable C kernel (plain C, same reduction order);
-- ``torch``: ``torch.nn.functional.linear`` everywhere (today's path, for A/B runs).
+The route (``avx2``, ``portable`` or ``torch``, from ``SGLANG_SSD_CPU_LINEAR``) and the library that
+holds the kernel are ``clib.py``'s, shared with the other C kernels.
 
 The kernel takes fp32 CPU rows with up to ``MAX_ROWS`` rows, fp32 or bf16 weights, a single intra-op
 thread (it is single-threaded; with more torch threads torch is used), and no autograd. Anything else
@@ -19,182 +17,33 @@ kernel: the result is the fp32 kernel's on the widened weight, bit for bit, for 
 shipped in bf16), which is how the draft runner halves its weight stream. Bit-identity between a decode step and a verify step
 therefore holds while both batches have at most ``MAX_ROWS`` rows (e.g. 12 requests x 5 tokens).
 
-The shared library (gcc) and the compiled entry that calls it (``csrc/entry.cpp``, g++ against this
-torch's headers) are built by ``make install`` (``python -m sglang_ssd.cpu.linear --build``) or,
-failing that, on first use. Without the entry the kernel is called through ctypes: same bits, about
-5 us more a call.
+``python -m sglang_ssd.cpu.linear --build`` builds the library and the compiled entry (``make install``
+runs it) and says which route this machine takes.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import hashlib
 import mmap
 import os
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-ENV = "SGLANG_SSD_CPU_LINEAR"
-ROUTES = ("auto", "torch", "portable")
+from . import clib
+
 # Above this many rows (prefill) torch's blocked GEMM is the better tool, and batch invariance
 # between decode and verify needs only the small sizes.
 MAX_ROWS = 64
 
-# One library for the CPU kernels: the linear here, the attention of `attention.py`, the rotary
-# embedding of `rope.py`, the RMSNorm of `rmsnorm.py`.
-_SOURCES = tuple(Path(__file__).with_name("csrc") / name
-                 for name in ("linear.c", "linear_bf16.c", "attention.c", "rope.c", "rmsnorm.c"))  # fmt: skip
-_BUILD_DIR = Path(__file__).with_name("_build")
-# The compiled entry (`csrc/entry.cpp`): the same checks and call without Python in between.
-_ENTRY_SOURCE = Path(__file__).with_name("csrc") / "entry.cpp"
-_ENTRY_NAME = "ssd_entry"
-# -ffp-contract=off: the portable route must not have its multiply-adds fused behind our back, or
-# its order of rounding would depend on the compiler's mood.
-_CFLAGS = ["-O3", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno"]
-
 _lock = threading.Lock()
-_state: dict = {}
+_state: dict = {}  # this route's kernels and the compiled entry's linear, decided at the first CPU call
 _UNRESOLVED = object()
 _F32 = torch.float32
 _BF16 = torch.bfloat16
-
-
-def library_path() -> Path:
-    """Where the compiled kernel lives: keyed by the source and flags, so an edit forces a rebuild."""
-    digest = hashlib.sha256(b"".join(s.read_bytes() for s in _SOURCES) + " ".join(_CFLAGS).encode()).hexdigest()[:12]
-    return _BUILD_DIR / f"ssd_linear-{digest}.so"
-
-
-def _compile_once(out: Path, command) -> Path:
-    """Build ``out`` with ``command(tmp)`` unless it exists. The file appears atomically (a process
-    racing us sees either nothing or all of it), and builds of earlier sources are removed."""
-    if out.exists():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-    subprocess.run(command(tmp), check=True, capture_output=True, text=True)
-    tmp.replace(out)
-    for stale in out.parent.glob(f"{out.name.rsplit('-', 1)[0]}-*.so"):
-        if stale != out:
-            stale.unlink(missing_ok=True)
-    return out
-
-
-def build() -> Path:
-    """Compile the kernel with the system C compiler (no download); returns the library's path."""
-    cc = os.environ.get("CC", "gcc")
-    return _compile_once(library_path(), lambda tmp: [cc, *_CFLAGS, "-o", str(tmp), *map(str, _SOURCES), "-lm"])
-
-
-def _entry_command(out: Path) -> list[str]:
-    """The C++ compile of the entry against this interpreter's torch (what torch's extension builder
-    runs, without its ninja dependency)."""
-    import sysconfig
-
-    from torch.utils import cpp_extension
-
-    includes = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
-    libs = cpp_extension.library_paths()
-    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
-    return [os.environ.get("CXX", "g++"), "-O2", "-fPIC", "-shared", "-std=c++20", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
-            f"-DTORCH_EXTENSION_NAME={_ENTRY_NAME}", "-DTORCH_API_INCLUDE_EXTENSION_H", "-w",
-            *(f"-I{d}" for d in includes), str(_ENTRY_SOURCE), "-o", str(out),
-            *(f"-L{d}" for d in libs), *(f"-Wl,-rpath,{d}" for d in libs),
-            "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]  # fmt: skip
-
-
-def entry_path() -> Path:
-    """Where the compiled entry lives: keyed by its source, torch and Python, so any of them changing
-    forces a rebuild."""
-    import sysconfig
-
-    tag = f"{torch.__version__} {sysconfig.get_config_var('EXT_SUFFIX')}".encode()
-    digest = hashlib.sha256(_ENTRY_SOURCE.read_bytes() + tag).hexdigest()[:12]
-    return _BUILD_DIR / f"{_ENTRY_NAME}-{digest}.so"
-
-
-def build_entry() -> Path:
-    """Compile the entry (about 30 s with g++; `make install` does it). Returns its path."""
-    out = entry_path()
-    if not out.exists():
-        print("sglang_ssd: compiling the CPU linear entry (once, about 30 s)", file=sys.stderr, flush=True)
-    return _compile_once(out, _entry_command)
-
-
-def _entry():
-    """The compiled entry module, built if needed and loaded once per process; None if it cannot be
-    (the route then runs through ctypes: same kernel, same bits, about 5 us more a call)."""
-    if "entry" in _state:
-        return _state["entry"]
-    module = None
-    try:
-        import importlib.util
-
-        path = build_entry()
-        spec = importlib.util.spec_from_file_location(_ENTRY_NAME, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    except (OSError, ImportError, subprocess.CalledProcessError) as exc:
-        detail = (getattr(exc, "stderr", None) or "").strip()[-500:]
-        print(f"sglang_ssd: compiled CPU linear entry unavailable ({exc} {detail}); calling the kernel "
-              "through ctypes", file=sys.stderr, flush=True)  # fmt: skip
-    _state["entry"] = module
-    return module
-
-
-def _library() -> ctypes.CDLL | None:
-    """The kernel library, built if needed and loaded once per process (None if it cannot be)."""
-    if "lib" in _state:
-        return _state["lib"]
-    lib = None
-    try:
-        lib = ctypes.CDLL(str(build()))
-    except (OSError, subprocess.CalledProcessError) as exc:
-        detail = getattr(exc, "stderr", None) or ""
-        print(f"sglang_ssd: CPU linear kernel unavailable ({exc} {detail.strip()[-500:]}); using torch",
-              file=sys.stderr, flush=True)  # fmt: skip
-    if lib is not None:
-        sig = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-               ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_long]  # fmt: skip
-        for name in ("ssd_linear_avx2", "ssd_linear_portable", "ssd_linear_avx2_bf16", "ssd_linear_portable_bf16"):
-            fn = getattr(lib, name)
-            fn.argtypes = sig
-            fn.restype = None
-        for pack in (lib.ssd_pack, lib.ssd_pack_bf16):
-            pack.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p]
-            pack.restype = None
-        lib.ssd_packed_size.argtypes = [ctypes.c_long, ctypes.c_long]
-        lib.ssd_packed_size.restype = ctypes.c_long
-        lib.ssd_lead_bytes.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_long]
-        lib.ssd_lead_bytes.restype = ctypes.c_long
-        lib.ssd_cpu_has_avx2_fma.restype = ctypes.c_int
-        lib.ssd_linear_avx512.argtypes = [ctypes.c_int]
-        lib.ssd_linear_avx512.restype = ctypes.c_int
-        p, n = ctypes.c_void_p, ctypes.c_long
-        for name in ("ssd_attention_avx2", "ssd_attention_avx2_pairwise", "ssd_attention_portable"):
-            fn = getattr(lib, name)
-            fn.argtypes = [p, n, p, p, p, n, p, n, p, p, ctypes.c_int, n, n, p, n, n, n, ctypes.c_float]
-            fn.restype = ctypes.c_int
-        lib.ssd_rope.argtypes = [p, n, p, n, p, p, p, n, n, n, n, n, ctypes.c_int, p, n, n]
-        lib.ssd_rope.restype = ctypes.c_int
-        lib.ssd_rmsnorm.argtypes = [p, n, p, n, p, ctypes.c_float, p, p, n, n, ctypes.c_int]
-        lib.ssd_rmsnorm.restype = ctypes.c_int
-    _state["lib"] = lib
-    return lib
-
-
-def setting() -> str:
-    """The route asked for by ``SGLANG_SSD_CPU_LINEAR``; a bad value is a one-line error."""
-    wanted = os.environ.get(ENV, "auto").strip().lower() or "auto"
-    if wanted not in ROUTES:
-        raise ValueError(f"{ENV}={wanted!r}: expected one of {', '.join(ROUTES)}")
-    return wanted
 
 
 def _resolve() -> tuple[str, object | None]:
@@ -202,30 +51,19 @@ def _resolve() -> tuple[str, object | None]:
     with _lock:
         if "route" in _state:
             return _state["route"], _state["fn"]
-        wanted = setting()
-        fns = kernels() if wanted != "torch" else {}
-        route = "avx2" if wanted == "auto" and "avx2" in fns else "portable" if fns else "torch"
-        _state["fn_bf16"] = kernels(bf16=True).get(route) if fns else None
-        _state["route"], _state["fn"] = route, fns.get(route)
+        route = clib.route()
+        _state["fn"] = kernels().get(route) if route != "torch" else None
+        _state["fn_bf16"] = kernels(bf16=True).get(route) if route != "torch" else None
+        _state["route"] = route
         _hand_to_entry()
-        # stderr, not logging: SGLang's processes show only their own loggers, and which route
-        # served a run must be visible in its log (benchmarks compare the two).
-        tiles = " with AVX-512 tiles" if route == "avx2" and avx512_tiles() else ""
-        tiles += ", compiled entry" if _state.get("fast") is not None else ", ctypes entry" if fns else ""
-        print(f"sglang_ssd: CPU linear route: {route}{tiles} ({ENV}={wanted}, pid {os.getpid()})", file=sys.stderr,
-              flush=True)  # fmt: skip
         return route, _state["fn"]
-
-
-def _address(fn) -> int:
-    return 0 if fn is None else ctypes.cast(fn, ctypes.c_void_p).value
 
 
 def _hand_to_entry() -> None:
     """Give the compiled entry the kernels ``linear`` runs now (none on the torch route)."""
-    entry = _entry() if _state["fn"] is not None else _state.get("entry")
+    entry = clib.entry(load=_state["fn"] is not None)
     if entry is not None:
-        entry.set_kernels(_address(_state["fn"]), _address(_state["fn_bf16"]), MAX_ROWS)
+        entry.set_kernels(clib.address(_state["fn"]), clib.address(_state["fn_bf16"]), MAX_ROWS)
     _state["fast"] = entry.linear if entry is not None and _state["fn"] is not None else None
 
 
@@ -238,8 +76,8 @@ def describe() -> str:
     r = route()
     if r == "torch":
         return "torch F.linear (kernel off)"
-    tiles = " (AVX-512 tiles from 2 rows)" if r == "avx2" and avx512_tiles() else ""
-    entry = "compiled entry" if _entry() is not None else "ctypes entry"
+    tiles = " (AVX-512 tiles from 2 rows)" if r == "avx2" and clib.avx512_tiles() else ""
+    entry = "compiled entry" if clib.entry() is not None else "ctypes entry"
     return f"sglang_ssd {r} kernel{tiles}, {entry}, for fp32 rows <= {MAX_ROWS} at 1 thread, torch otherwise"
 
 
@@ -250,21 +88,6 @@ def compact(weight: torch.Tensor) -> torch.Tensor:
         return weight
     half = weight.to(_BF16)
     return half if torch.equal(half.float(), weight) else weight
-
-
-def avx512_tiles(on: bool | None = None) -> bool:
-    """Whether the avx2 route runs its AVX-512 tiles (where the CPU has AVX-512F; same bits either
-    way). ``on`` switches them (tests and benchmarks compare the two); None only asks."""
-    lib = _library()
-    if lib is None:
-        return False
-    if on is None:
-        state = _state.get("avx512")
-        if state is None:
-            state = _state["avx512"] = bool(lib.ssd_linear_avx512(1))
-        return state
-    _state["avx512"] = bool(lib.ssd_linear_avx512(int(on)))
-    return _state["avx512"]
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -334,22 +157,11 @@ def _skipped(reason: str) -> None:
               f"{os.getpid()})", file=sys.stderr, flush=True)  # fmt: skip
 
 
-def rows_of(x: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """x as [rows, features] with unit column stride, and its row stride: a row-strided view (a slice of
-    a wider buffer, such as q or k inside a fused QKV output) is passed to C without a copy."""
-    if x.dim() == 2 and x.stride(1) == 1:  # the common case, without reshape's dispatch (~1.5 us)
-        return x, x.stride(0)
-    x2 = x.reshape(-1, x.shape[-1])
-    if x2.stride(-1) != 1:
-        x2 = x2.contiguous()
-    return x2, x2.stride(0)
-
-
 def run(fn, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """Call one C route (``kernels(bf16)[name]``, bf16 = the weight's dtype) on checked inputs; rows may
     have any stride."""
     n_out, k = weight.shape
-    x2, ld = rows_of(x)
+    x2, ld = clib.rows_of(x)
     rows = x2.shape[0]
     plan = packed(weight)
     _follows(plan)
@@ -400,7 +212,7 @@ _chain = threading.local()  # per thread: the Packed of the product this thread 
 
 def _follows(plan: Packed) -> None:
     """Record ``plan`` as the successor of the product this thread ran before it."""
-    entry = _state.get("entry")
+    entry = clib.entry(load=False)
     if entry is not None:  # its chain, so that calls through either entry keep one order
         entry.follows(plan.meta)
         return
@@ -482,7 +294,7 @@ def packed(weight: torch.Tensor) -> Packed:
     cached = getattr(weight, "_ssd_packed", None)
     if cached is not None and cached.key == key:
         return cached
-    lib = _library()
+    lib = clib.library()
     n_out, k = weight.shape
     wp = _huge_page_buffer(lib.ssd_packed_size(n_out, k), weight.dtype)
     (lib.ssd_pack_bf16 if weight.dtype is _BF16 else lib.ssd_pack)(weight.data_ptr(), n_out, k, wp.data_ptr())
@@ -493,7 +305,7 @@ def packed(weight: torch.Tensor) -> Packed:
 def kernels(bf16: bool = False) -> dict[str, object]:
     """Every C route this CPU can run, by name, for fp32 or (``bf16``) bf16 weights (for tests and
     benchmarks; serving uses ``linear``)."""
-    lib = _library()
+    lib = clib.library()
     if lib is None:
         return {}
     suffix = "_bf16" if bf16 else ""
@@ -501,69 +313,6 @@ def kernels(bf16: bool = False) -> dict[str, object]:
     if lib.ssd_cpu_has_avx2_fma():
         out["avx2"] = getattr(lib, "ssd_linear_avx2" + suffix)
     return out
-
-
-def _kernel(key: str, symbol: str):
-    """A C function of the library (``symbol``, with ``{route}`` filled in), or None on the torch route;
-    looked up once per process, then read on every layer and step without a lock."""
-    fn = _state.get(key, _UNRESOLVED)
-    if fn is _UNRESOLVED:
-        name = route()
-        lib = _library() if name != "torch" else None
-        fn = _state[key] = None if lib is None else getattr(lib, symbol.format(route=name))
-    return fn
-
-
-def attention_kernel():
-    """The C attention (``csrc/attention.c``) of this process's route, or None on the torch route."""
-    return _kernel("attention", "ssd_attention_{route}")
-
-
-def _entry_function(name: str, kernel=None):
-    """The compiled entry's function ``name`` (``csrc/entry.cpp``), looked up once per process; None on
-    the torch route or without the entry. ``kernel``: the accessor of the route's C function that the
-    entry calls, handed to it once through ``set_<name>`` (none for an entry that calls ATen only)."""
-    key = f"{name}_entry"
-    fast = _state.get(key, _UNRESOLVED)
-    if fast is _UNRESOLVED:
-        fn = kernel() if kernel is not None else None
-        usable = fn is not None if kernel is not None else route() != "torch"
-        entry = _entry() if usable else None
-        fast = None
-        if entry is not None:
-            if fn is not None:
-                getattr(entry, f"set_{name}")(_address(fn))
-            fast = getattr(entry, name)
-        _state[key] = fast
-    return fast
-
-
-def attention_entry():
-    """The compiled entry's KV write + attention, or None (torch route, no entry): then ``attention.py``
-    runs the same kernel through ctypes, with SGLang's own KV write."""
-    return _entry_function("attention", attention_kernel)
-
-
-def rope_kernel():
-    """The C rotary embedding (``csrc/rope.c``), or None on the torch route (same switch as the linears)."""
-    return _kernel("rope", "ssd_rope")
-
-
-def rope_entry():
-    """The compiled entry's rotary embedding, or None (torch route, no entry): then ``rope.py`` calls the
-    same kernel through ctypes."""
-    return _entry_function("rope", rope_kernel)
-
-
-def silu_mul_entry():
-    """The compiled entry's SiLU-and-mul (SGLang's two ATen calls from C++), or None (torch route, no
-    entry): then SGLang's own ``forward_native`` runs."""
-    return _entry_function("silu_mul")
-
-
-def rmsnorm_kernel():
-    """The C RMSNorm (``csrc/rmsnorm.c``), or None on the torch route (same switch as the linears)."""
-    return _kernel("rmsnorm", "ssd_rmsnorm")
 
 
 def route_module(module: torch.nn.Module) -> int:
@@ -613,8 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.build:
         try:
-            print(f"sglang_ssd: CPU linear kernel built: {build()}")
-            print(f"sglang_ssd: CPU linear entry built: {build_entry()}")
+            print(f"sglang_ssd: CPU linear kernel built: {clib.build()}")
+            print(f"sglang_ssd: CPU linear entry built: {clib.build_entry()}")
         except (OSError, subprocess.CalledProcessError) as exc:
             # Not fatal: without the kernel every call goes to torch, without the entry through
             # ctypes; the log says which.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from sglang_ssd.cpu import clib
 from sglang_ssd.cpu import linear as cpu_linear
 from sglang_ssd.hooks import register_once
 
@@ -49,6 +50,6 @@ def lm_head_hook(original, processor, hidden_states, lm_head, embedding_bias=Non
 
 
 def register() -> None:
-    cpu_linear.setting()  # a bad SGLANG_SSD_CPU_LINEAR fails here, at start-up, not at the first forward
+    clib.setting()  # a bad SGLANG_SSD_CPU_LINEAR fails here, at start-up, not at the first forward
     register_once(LINEAR_TARGET, linear_apply_hook)
     register_once(HEAD_TARGET, lm_head_hook)

@@ -24,7 +24,7 @@ import sys
 
 import torch
 
-from sglang_ssd.cpu import linear as cpu_linear
+from sglang_ssd.cpu import clib
 from sglang_ssd.hooks import register_once
 
 TARGET = "sglang.srt.layers.layernorm.RMSNorm.forward_native"
@@ -59,12 +59,12 @@ def applies(norm, x: torch.Tensor, residual: torch.Tensor | None) -> bool:
 def run(fn, norm, x: torch.Tensor, residual: torch.Tensor | None, lanes: int):
     """One C call: the normalized rows (and the new residual, x + residual) as new tensors."""
     n = x.shape[-1]
-    x2, ldx = cpu_linear.rows_of(x)
+    x2, ldx = clib.rows_of(x)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     if residual is None:
         r_ptr = ldr = res_ptr = 0
     else:
-        r2, ldr = cpu_linear.rows_of(residual)
+        r2, ldr = clib.rows_of(residual)
         res_out = torch.empty_like(out)
         r_ptr, res_ptr = r2.data_ptr(), res_out.data_ptr()
     rc = fn(x2.data_ptr(), ldx, r_ptr, ldr, norm.weight.data_ptr(), norm.variance_epsilon, out.data_ptr(), res_ptr,
@@ -94,7 +94,7 @@ def lanes_for(original, norm, fn) -> int:
 
 
 def forward_native_hook(original, norm, x, residual=None, post_residual_addition=None, *args, **kwargs):
-    fn = cpu_linear.rmsnorm_kernel() if post_residual_addition is None else None
+    fn = clib.rmsnorm_kernel() if post_residual_addition is None else None
     if fn is None or not applies(norm, x, residual):
         return original(norm, x, residual, post_residual_addition, *args, **kwargs)
     lanes = _lanes.get(norm.hidden_size) or lanes_for(original, norm, fn)

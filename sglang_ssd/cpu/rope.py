@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from sglang_ssd.cpu import linear as cpu_linear
+from sglang_ssd.cpu import clib
 from sglang_ssd.hooks import register_once
 
 TARGET = "sglang.srt.layers.rotary_embedding.base.RotaryEmbedding.forward_native"
@@ -57,16 +57,16 @@ def applies(emb, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor
 def forward_native_hook(original, emb, positions, query, key, offsets=None, fused_set_kv_buffer_arg=None,
                         **kwargs):  # fmt: skip
     simple = offsets is None and fused_set_kv_buffer_arg is None and not kwargs
-    entry = cpu_linear.rope_entry() if simple and plain_once(emb) else None
+    entry = clib.rope_entry() if simple and plain_once(emb) else None
     if entry is not None:  # the same kernel from C++, which checks the tensors itself (ctypes: 25-35 us more)
         out = entry(positions, query, key, emb.cos_sin_cache, emb.head_size, emb.rotary_dim, bool(emb.is_neox_style))
         if out is not None:
             return out
-    fn = cpu_linear.rope_kernel() if simple else None
+    fn = clib.rope_kernel() if simple else None
     if fn is None or not applies(emb, positions, query, key):
         return original(emb, positions, query, key, offsets, fused_set_kv_buffer_arg, **kwargs)
-    q2, ldq = cpu_linear.rows_of(query)
-    k2, ldk = cpu_linear.rows_of(key)
+    q2, ldq = clib.rows_of(query)
+    k2, ldk = clib.rows_of(key)
     pos = positions.reshape(-1).to(torch.int64).contiguous()
     oq, ok = torch.empty(query.shape, dtype=torch.float32), torch.empty(key.shape, dtype=torch.float32)
     cache, head = emb.cos_sin_cache, emb.head_size

@@ -13,14 +13,14 @@ own code.
 
 from __future__ import annotations
 
-from sglang_ssd.cpu import linear as cpu_linear
+from sglang_ssd.cpu import clib
 from sglang_ssd.hooks import register_once
 
 TARGET = "sglang.srt.layers.activation.SiluAndMul.forward_native"
 
 
 def forward_native_hook(original, act, x, *args, **kwargs):
-    entry = cpu_linear.silu_mul_entry() if not args and not kwargs else None
+    entry = clib.silu_mul_entry() if not args and not kwargs else None
     out = entry(x) if entry is not None else None
     return out if out is not None else original(act, x, *args, **kwargs)
 

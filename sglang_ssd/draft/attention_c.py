@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from sglang_ssd.cpu import linear as cpu_linear
+from sglang_ssd.cpu import clib
 from sglang_ssd.cpu.attention import attend
 
 from .attention import TorchAttention
@@ -98,4 +98,4 @@ def c_attention_kernel(cfg: ModelConfig, pool: KVPool, device: torch.device):
     k, v = pool.k[0], pool.v[0]
     if k.stride() != v.stride() or k.stride()[1:] != (cfg.head_dim, 1) or cfg.num_heads % cfg.num_kv_heads:
         return None
-    return cpu_linear.attention_kernel()
+    return clib.attention_kernel()

@@ -11,10 +11,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.calibrate import served_attention  # noqa: E402
-from sglang_ssd.cpu import linear as cpu_linear  # noqa: E402
+from sglang_ssd.cpu import clib  # noqa: E402
 from sglang_ssd.tools.random_model import write_random_model  # noqa: E402
 
-pytestmark = pytest.mark.skipif(cpu_linear.attention_kernel() is None, reason="C kernels are off (torch route)")
+pytestmark = pytest.mark.skipif(clib.attention_kernel() is None, reason="C kernels are off (torch route)")
 
 
 def test_served_attention_matches_sdpa_through_verify_and_crop(tmp_path):

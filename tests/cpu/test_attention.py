@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from sglang_ssd.cpu import attention
+from sglang_ssd.cpu import attention, clib
 from sglang_ssd.cpu import linear as cpu_linear
 from sglang_ssd.cpu import verify_attention as va
 from tests.cpu.test_verify_attention import (
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(not LIB_ROUTES, reason="the C kernels could not 
 
 
 def _fn(route: str):
-    return getattr(cpu_linear._library(), f"ssd_attention_{route}")
+    return getattr(clib.library(), f"ssd_attention_{route}")
 
 
 def _verify(case, route: str, mask=None) -> torch.Tensor:

@@ -10,8 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_ssd.cpu import attention
-from sglang_ssd.cpu import linear as cpu_linear
+from sglang_ssd.cpu import attention, clib
 from tests.cpu.test_verify_attention import (
     HEAD_DIM,
     KV_HEADS,
@@ -25,7 +24,7 @@ from tests.cpu.test_verify_attention import (
 
 @pytest.fixture(scope="module")
 def entry():
-    fn = cpu_linear.attention_entry()
+    fn = clib.attention_entry()
     if fn is None:
         pytest.skip("no compiled entry here (torch route, or the entry could not be built)")
     return fn
@@ -45,7 +44,7 @@ def _call(entry, case, mask=None, decode=False, **override):
 def _ctypes_path(case, mask=None, decode=False):
     backend, q, k, v, layer, fb, _ = case
     write_drafts(backend, k, v, layer, fb)
-    out = attention.paged_attention(cpu_linear.attention_kernel(), backend, q, layer, fb,
+    out = attention.paged_attention(clib.attention_kernel(), backend, q, layer, fb,
                                     fb.spec_info.draft_token_num, mask, decode)  # fmt: skip
     return out, backend.token_to_kv_pool
 
@@ -77,7 +76,7 @@ def test_entry_reads_the_pool_without_writing_when_given_no_kv(entry):
     write_drafts(backend, k, v, layer, fb)
     before = [t.clone() for t in backend.token_to_kv_pool.k + backend.token_to_kv_pool.v]
     out = _call(entry, case, k=None, v=None, loc=None)
-    want = attention.paged_attention(cpu_linear.attention_kernel(), backend, q, layer, fb, 4, None, False)
+    want = attention.paged_attention(clib.attention_kernel(), backend, q, layer, fb, 4, None, False)
     assert torch.equal(out, want)
     assert all(torch.equal(a, b) for a, b in zip(before, backend.token_to_kv_pool.k + backend.token_to_kv_pool.v))
 

@@ -16,6 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from sglang_ssd.cpu import clib
 from sglang_ssd.cpu import linear as cpu_linear
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +44,7 @@ def test_the_kernel_builds_here():
 
 def test_the_compiled_entry_builds_here_and_is_named():
     # g++ and torch's headers are there too; without the entry every call pays ~5 us of Python and ctypes.
-    assert cpu_linear._entry() is not None
+    assert clib.entry() is not None
     if cpu_linear.route() != "torch":
         assert "compiled entry" in cpu_linear.describe()
 
@@ -115,7 +116,7 @@ def test_agrees_with_torch_within_fp32_tolerance(route, k, n):
 
 def test_linear_uses_the_kernel_for_small_fp32_batches():
     if cpu_linear.route() == "torch":
-        pytest.skip(f"{cpu_linear.ENV}=torch in this environment")
+        pytest.skip(f"{clib.ENV}=torch in this environment")
     g = torch.Generator().manual_seed(3)
     w = torch.randn(20, 33, generator=g)
     x = torch.randn(5, 33, generator=g)
@@ -180,9 +181,9 @@ def test_a_kind_of_call_the_kernel_skips_is_named_once(case, needle, capsys, mon
 def test_tensors_off_the_cpu_never_decide_the_route():
     # A GPU install must not build or load the kernel: the route is decided only by a CPU call.
     code = (
-        "import torch; from sglang_ssd.cpu import linear as L; "
+        "import torch; from sglang_ssd.cpu import linear as L, clib as N; "
         "L.linear(torch.zeros(2, 8, device='meta'), torch.zeros(4, 8, device='meta')); "
-        "print('route' in L._state)"
+        "print('route' in L._state or 'route' in N._state or 'lib' in N._state)"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
@@ -191,7 +192,7 @@ def test_tensors_off_the_cpu_never_decide_the_route():
 
 
 def _route_in_child(value: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, cpu_linear.ENV: value, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, clib.ENV: value, "PYTHONPATH": str(ROOT)}
     code = "from sglang_ssd.cpu import linear; print(linear.route())"
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
 
@@ -248,15 +249,15 @@ def test_bf16_weights_give_the_fp32_kernels_bits_on_the_widened_weight(route, k,
     w16 = torch.randn(n, k, generator=g).bfloat16()
     b, x = torch.randn(n, generator=g), torch.randn(70, k, generator=g)
     w32 = w16.float()
-    tiles = (True, False) if route == "avx2" and cpu_linear.avx512_tiles() else (cpu_linear.avx512_tiles(),)
+    tiles = (True, False) if route == "avx2" and clib.avx512_tiles() else (clib.avx512_tiles(),)
     try:
         for wide in tiles:
-            cpu_linear.avx512_tiles(wide)
+            clib.avx512_tiles(wide)
             for m in list(range(1, 18)) + [23, 40, 64]:
                 got = cpu_linear.run(KERNELS_BF16[route], x[:m], w16, b)
                 assert torch.equal(got, cpu_linear.run(KERNELS[route], x[:m], w32, b)), (route, wide, m)
     finally:
-        cpu_linear.avx512_tiles(True)
+        clib.avx512_tiles(True)
 
 
 def test_compact_stores_exact_bf16_weights_and_linear_gives_the_same_bits():
@@ -294,7 +295,7 @@ def test_a_weight_changed_in_place_is_packed_again():
     # The kernel reads a packed copy kept on the weight; a weight update (in place, or a new storage)
     # must not leave it computing with the old values.
     if cpu_linear.route() == "torch":
-        pytest.skip(f"{cpu_linear.ENV}=torch in this environment")
+        pytest.skip(f"{clib.ENV}=torch in this environment")
     g = torch.Generator().manual_seed(5)
     w = torch.randn(40, 24, generator=g)
     x = torch.randn(3, 24, generator=g)
@@ -336,7 +337,7 @@ def test_packed_weights_share_2mb_aligned_mappings_asked_for_on_huge_pages():
         assert "hg" in _vma_flags(cpu_linear.packed(w).ptr)  # the route packs into such memory
 
 
-@pytest.mark.skipif("avx2" not in KERNELS or not cpu_linear.avx512_tiles(), reason="no AVX-512F on this CPU")
+@pytest.mark.skipif("avx2" not in KERNELS or not clib.avx512_tiles(), reason="no AVX-512F on this CPU")
 @pytest.mark.parametrize("k,n", [(576, 960), (1536, 576), (64, 130), (77, 200)])
 def test_avx512_tiles_give_the_avx2_tiles_bits(k, n):
     # The AVX-512 tiles run the same FMA chain per element: switching them must not move a bit, for
@@ -346,12 +347,12 @@ def test_avx512_tiles_give_the_avx2_tiles_bits(k, n):
     w, b, x = torch.randn(n, k, generator=g), torch.randn(n, generator=g), torch.randn(70, k, generator=g)
     try:
         for m in list(range(1, 18)) + [23, 40, 64]:
-            assert cpu_linear.avx512_tiles(True)
+            assert clib.avx512_tiles(True)
             wide = cpu_linear.run(fn, x[:m], w, b)
-            assert not cpu_linear.avx512_tiles(False)
+            assert not clib.avx512_tiles(False)
             assert torch.equal(wide, cpu_linear.run(fn, x[:m], w, b)), (k, n, m)
     finally:
-        cpu_linear.avx512_tiles(True)
+        clib.avx512_tiles(True)
 
 
 @pytest.mark.parametrize("entry", ["compiled", "ctypes"])
@@ -362,7 +363,7 @@ def test_each_product_learns_the_one_that_follows_it(entry, monkeypatch):
     cpu_linear.route()
     monkeypatch.setitem(cpu_linear._state, "fast", cpu_linear._state["fast"])  # restored afterwards
     if entry == "ctypes":
-        monkeypatch.setitem(cpu_linear._state, "entry", None)
+        monkeypatch.setitem(clib._state, "entry", None)
     g = torch.Generator().manual_seed(7)
     a, b, c = (torch.randn(96, 64, generator=g) for _ in range(3))
     x = torch.randn(8, 64, generator=g)

@@ -14,13 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from sglang_ssd.cpu import linear as cpu_linear
-from sglang_ssd.cpu import rmsnorm
+from sglang_ssd.cpu import clib, rmsnorm
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKS = ("bits", "widths", "options", "rows", "fallback", "no width")
 
-pytestmark = pytest.mark.skipif(cpu_linear.rmsnorm_kernel() is None, reason="the C kernels are not built here")
+pytestmark = pytest.mark.skipif(clib.rmsnorm_kernel() is None, reason="the C kernels are not built here")
 
 
 def _norm(n: int, **kw):
@@ -60,7 +59,7 @@ def cpu_engine_checks() -> None:
         assert rmsnorm._lanes[n] in rmsnorm.LANES, rmsnorm._lanes
     print("bits: ok")
     # widths: only the width found reproduces torch on a 64-row probe (the check that guards the kernel)
-    norm, fn = _norm(576), cpu_linear.rmsnorm_kernel()
+    norm, fn = _norm(576), clib.rmsnorm_kernel()
     x, res = torch.randn(64, 576, generator=g), torch.randn(64, 576, generator=g)
     found = rmsnorm.lanes_for(_native(), norm, fn)
     for lanes in rmsnorm.LANES:

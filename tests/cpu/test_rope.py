@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_ssd.cpu import linear as cpu_linear
-from sglang_ssd.cpu import rope
+from sglang_ssd.cpu import clib, rope
 
-pytestmark = pytest.mark.skipif(cpu_linear.rope_kernel() is None, reason="the C kernels are not built here")
+pytestmark = pytest.mark.skipif(clib.rope_kernel() is None, reason="the C kernels are not built here")
 
 
 @pytest.fixture
@@ -30,7 +29,7 @@ def qk_slices(tokens: int, heads: int, kv_heads: int, head: int, g: torch.Genera
     return q, k
 
 
-VIAS = ["entry", "ctypes"] if cpu_linear.rope_entry() is not None else ["ctypes"]
+VIAS = ["entry", "ctypes"] if clib.rope_entry() is not None else ["ctypes"]
 
 
 @pytest.mark.parametrize("via", VIAS)
@@ -40,7 +39,7 @@ def test_the_kernel_gives_the_native_paths_bits(make_emb, monkeypatch, neox, rot
     from sglang.srt.layers.rotary_embedding.base import RotaryEmbedding
 
     if via == "ctypes":  # the same kernel without the compiled entry
-        monkeypatch.setattr(cpu_linear, "rope_entry", lambda: None)
+        monkeypatch.setattr(clib, "rope_entry", lambda: None)
     emb = make_emb(64, rot, neox)
     g = torch.Generator().manual_seed(rot + neox)
     for tokens in (1, 2, 5, 16, 40):
@@ -85,7 +84,7 @@ def test_what_the_kernel_does_not_take_goes_to_sglangs_code(make_emb):
 def test_the_entry_refuses_what_it_does_not_take(make_emb):
     """None, nothing computed, for every call the kernel would read wrongly; rope.py then decides."""
     emb = make_emb(64, 64, True, max_pos=64)
-    entry, cache = cpu_linear.rope_entry(), emb.cos_sin_cache
+    entry, cache = clib.rope_entry(), emb.cos_sin_cache
     g = torch.Generator().manual_seed(2)
     q, k = qk_slices(3, 9, 3, 64, g)
     pos = torch.tensor([1, 2, 3])

@@ -7,10 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sglang_ssd.cpu import linear as cpu_linear
-from sglang_ssd.cpu import silu_mul
+from sglang_ssd.cpu import clib, silu_mul
 
-pytestmark = pytest.mark.skipif(cpu_linear.silu_mul_entry() is None, reason="the compiled entry is not built here")
+pytestmark = pytest.mark.skipif(clib.silu_mul_entry() is None, reason="the compiled entry is not built here")
 
 
 def native(act, x):
@@ -46,7 +45,7 @@ def test_what_the_entry_does_not_take_goes_to_sglangs_code():
         calls.append(args)
         return "native"
 
-    assert cpu_linear.silu_mul_entry()(torch.randn(2, 5)) is None  # an odd width: not two halves
+    assert clib.silu_mul_entry()(torch.randn(2, 5)) is None  # an odd width: not two halves
     assert silu_mul.forward_native_hook(original, None, torch.randn(2, 5)) == "native"
     assert silu_mul.forward_native_hook(original, None, torch.randn(2, 6), "extra") == "native"
     assert len(calls) == 2

@@ -26,7 +26,7 @@ import pytest
 import torch
 from torch.nn.functional import scaled_dot_product_attention
 
-from sglang_ssd.cpu import linear as cpu_linear
+from sglang_ssd.cpu import clib
 from sglang_ssd.cpu import verify_attention as va
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -361,7 +361,7 @@ def cpu_engine_checks(patched_file: str) -> None:
 
     # the same hooks on SGLang's own fp32 pool take the compiled entry (KV write + attention in one
     # call) and give the bits of the ctypes path with SGLang's own KV write
-    if cpu_linear.attention_entry() is not None:
+    if clib.attention_entry() is not None:
         fused_pool_checks(real, layer)
         print("fused pool: ok")
 
@@ -381,7 +381,7 @@ def sglang_pool(rows: RowPool):
 def fused_pool_checks(real, layer) -> None:
     from sglang_ssd.cpu import attention
 
-    kernel_call, entry = attention.paged_attention, cpu_linear.attention_entry
+    kernel_call, entry = attention.paged_attention, clib.attention_entry
     for name, n, mask, decode in (("decode", 1, None, True), ("chain", 4, None, False),
                                   ("tree", 6, compact_tree_mask(TREE_PARENT), False)):  # fmt: skip
         outs, pools = [], []
@@ -394,12 +394,12 @@ def fused_pool_checks(real, layer) -> None:
             assert attention.plain_pool(real.token_to_kv_pool), "SGLang's fp32 pool not recognised as plain"
             used = []
             attention.paged_attention = lambda *a, used=used, **kw: used.append(1) or kernel_call(*a, **kw)
-            cpu_linear.attention_entry = entry if fused else (lambda: None)
+            clib.attention_entry = entry if fused else (lambda: None)
             try:
                 step = real.forward_decode if decode else real.forward_extend
                 outs.append(step(q, k, v, layer, fb))
             finally:
-                attention.paged_attention, cpu_linear.attention_entry = kernel_call, entry
+                attention.paged_attention, clib.attention_entry = kernel_call, entry
             assert bool(used) != fused, (name, fused, used)  # which path ran
             pool = real.token_to_kv_pool
             pools.append([pool.get_key_buffer(i).clone() for i in range(2)] + [pool.get_value_buffer(i).clone() for i in range(2)])

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_ssd.cpu import linear as cpu_linear
+from sglang_ssd.cpu import clib
 from sglang_ssd.draft.attention import TorchAttention
 from sglang_ssd.draft.attention_c import CAttention
 from sglang_ssd.draft.attention_factory import make_attention
@@ -18,7 +18,7 @@ from sglang_ssd.draft.model import Span
 CFG = {"model_type": "llama", "vocab_size": 64, "hidden_size": 64, "intermediate_size": 128,
        "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}  # fmt: skip
 
-pytestmark = pytest.mark.skipif(cpu_linear.attention_kernel() is None, reason="the C kernel route is off")
+pytestmark = pytest.mark.skipif(clib.attention_kernel() is None, reason="the C kernel route is off")
 
 
 def _span(start: int, n: int, kv_len: int, mask=None) -> Span:
