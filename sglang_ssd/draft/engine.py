@@ -9,7 +9,8 @@ A round for a batch of outcomes v = (k, t*):
 2. commit the accepted tokens (their KV is the glue's, already exact) and make the reply the request's
    new speculation;
 3. async mode: the request is queued for pre-speculation — glue, forks, K branch steps — which
-   :meth:`work_step` advances one batched forward at a time so the server can answer between steps.
+   :meth:`work_step` advances one batched forward at a time so the server can answer between steps
+   (``draft/prespeculation.py``).
 
 The settings are ``EngineConfig`` (``draft/engine_config.py``, also importable from here), the open
 requests and their bookkeeping live in ``draft/lifetime.py``, the way K tokens are drafted (the draft
@@ -21,8 +22,6 @@ from __future__ import annotations
 
 import time
 
-import torch
-
 from ..wire.messages import DraftParams, Open, OutcomeMsg
 from ..wire.speculation import Speculation
 from .backup import Draft, ensure_capacity, fast_draft
@@ -32,12 +31,12 @@ from .kv_pool import PoolExhausted
 from .l0 import L0Level
 from .level_temps import TemperatureCalibrator
 from .lifetime import RequestError, RequestTable, refused
-from .model import DraftModel, Span
+from .model import DraftModel
 from .planning import BackupChooser, FanoutPlanner
+from .prespeculation import Prespeculator
 from .request import RequestState, Stage
 from .spec_store import SpecStore
 from .stats import EngineStats, Timer
-from .tree import glue_span, select_forks, tree_capacity
 
 Entry = tuple[int, RequestState, OutcomeMsg]  # (index in the round, request, its outcome)
 Hit = tuple[int, RequestState, OutcomeMsg, Draft]  # ... and the cached draft
@@ -63,7 +62,8 @@ class DraftEngine:
         self.tau1 = None if m is None else TemperatureCalibrator(multiplier=None if m == "auto" else float(m))
         self.drafter = make_drafter(model, self.k, cfg.saguaro_c, l0, self.stats)
         self.table = RequestTable(model, cfg, self.budget, self.store, self.stats, self.tau1)
-        self._rr = 0  # round-robin start for capped work steps
+        self.prespec = Prespeculator(model, cfg, self.k, self.budget, self.table, self.drafter, self.planner,
+                                     self.store, self.stats)  # fmt: skip
         self._last_reply: float | None = None
         self._t_backup: float | None = None
 
@@ -347,98 +347,14 @@ class DraftEngine:
                 out[i] = d
         return out
 
-    # ---- pre-speculation ------------------------------------------------------------------------------
+    # ---- pre-speculation (draft/prespeculation.py) ----------------------------------------------------
     def cancel_prespeculation(self) -> None:
         """Forget every tree in progress (their next outcome is a miss; committed KV is untouched)."""
         self.table.cancel_prespeculation()
 
     def has_work(self) -> bool:
-        return bool(self.table.prespeculating() or self.table.prefilling())
+        return self.prespec.has_work()
 
     def work_step(self) -> None:
-        """One batched forward: pending pre-speculation (glue chains and branch steps of all requests)
-        and at most ``prefill_chunk`` tokens of background prefill."""
-        batch, spans = self._step_batch()
-        filling, fill_spans = self._prefill_batch()
-        if not batch and not filling:
-            return
-        with Timer(self.stats, "tree_step"):
-            logits = self.model.forward(spans + fill_spans)
-            for r, lg in zip(batch, logits):
-                if r.stage is Stage.GLUE:
-                    self._fork(r, lg)
-                else:
-                    self._grow(r, lg)
-            for r, s in zip(filling, fill_spans):
-                r.kv_len += s.n
-                if r.kv_len == len(r.tokens) - 1:  # context ready: pre-speculate for the pending draft
-                    r.stage = Stage.GLUE
-        self.stats.count("step_tokens", sum(s.n for s in spans + fill_spans))
-        self.stats.count("prefill_step_tokens", sum(s.n for s in fill_spans))
-
-    def _prefill_batch(self) -> tuple[list[RequestState], list[Span]]:
-        """The next background prefill chunks, oldest request first, ``prefill_chunk`` tokens in all.
-        The last committed token is left out: it is every glue chain's first row (request.py)."""
-        batch, spans, room = [], [], self.cfg.prefill_chunk
-        for r in self.table.prefilling():
-            if room <= 0:
-                break
-            end = min(len(r.tokens) - 1, r.kv_len + room)
-            try:  # tokens committed while prefilling may need a longer extent
-                ensure_capacity(self.model, r, tree_capacity(r, self.k, self.budget))
-            except PoolExhausted:
-                r.stage = Stage.IDLE  # no pre-speculation; its rounds are misses from here on
-                self.stats.count("pool_pressure")
-                continue
-            if end <= r.kv_len:
-                r.stage = Stage.GLUE
-                continue
-            pos = torch.arange(r.kv_len, end)
-            spans.append(Span(r.extent[0], torch.tensor(r.tokens[r.kv_len : end]), pos, pos, end,
-                              out_rows=torch.empty(0, dtype=torch.int64)))  # fmt: skip
-            batch.append(r)
-            room -= end - r.kv_len
-        return batch, spans
-
-    def _step_batch(self) -> tuple[list[RequestState], list[Span]]:
-        """The requests and spans of the next work step, up to ``max_step_tokens`` tokens."""
-        active = self.table.prespeculating()
-        if not active:
-            return [], []
-        # Rotate the start so a token cap never starves the same requests.
-        self._rr = (self._rr + 1) % len(active)
-        active = active[self._rr :] + active[: self._rr]
-        batch, spans, n_tok = [], [], 0
-        for r in active:
-            span = self._glue_span(r) if r.stage is Stage.GLUE else self.drafter.tree_span(r)
-            if span is None:
-                continue
-            if batch and n_tok + span.n > self.cfg.max_step_tokens:
-                break
-            batch.append(r)
-            spans.append(span)
-            n_tok += span.n
-        return batch, spans
-
-    def _glue_span(self, r: RequestState) -> Span | None:
-        """The glue chain, once the extent holds the whole round; None (no pre-speculation) if it can't."""
-        try:
-            ensure_capacity(self.model, r, tree_capacity(r, self.k, self.budget))
-        except PoolExhausted:
-            r.stage = Stage.IDLE  # its next round is a miss
-            self.stats.count("pool_pressure")
-            return None
-        return glue_span(r)
-
-    def _fork(self, r: RequestState, glue_logits: torch.Tensor) -> None:
-        r.plan = self.planner.plan(after_miss=r.after_miss)
-        r.tree = select_forks(r, glue_logits, r.plan, self.model, self.k)
-        r.tree.sample_plan = self.planner.plan(after_miss=False)
-        r.stage = Stage.TREE if r.tree.num_branches else Stage.READY
-        r.ready_at = None if r.tree.num_branches else time.monotonic()
-
-    def _grow(self, r: RequestState, logits: torch.Tensor) -> None:
-        self.drafter.advance_tree(r, logits)
-        if r.tree.steps_done == self.k:
-            self.store.put(r)
-            r.stage, r.ready_at = Stage.READY, time.monotonic()
+        """One batched forward of pre-speculation and background prefill (``Prespeculator.step``)."""
+        self.prespec.step()
