@@ -43,8 +43,8 @@ from sglang_ssd.cpu import attention as cpu_attention  # noqa: E402
 from sglang_ssd.cpu import clib  # noqa: E402
 from sglang_ssd.cpu import linear as cpu_linear  # noqa: E402
 from sglang_ssd.cpu.allocator import keep_freed_memory  # noqa: E402
-from sglang_ssd.draft.config import ModelConfig  # noqa: E402
 from sglang_ssd.draft.model import DraftModel, Span  # noqa: E402
+from sglang_ssd.draft.model_config import ModelConfig  # noqa: E402
 from sglang_ssd.draft.request import RequestState, Stage  # noqa: E402
 from sglang_ssd.draft.sampler import RowParams  # noqa: E402
 from sglang_ssd.draft.tree import advance_tree, glue_span, select_forks, tree_span  # noqa: E402

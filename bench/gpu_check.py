@@ -2,7 +2,7 @@
 
 1. the draft server's branch-tree attention: FlashInfer (custom masks) vs the torch path, and tree-step
    timings for a Llama-3.2-1B-shaped random draft, K = 7, F = 3, b ∈ {1, 4, 16}
-   (`sglang_ssd.tools.gpu_check`);
+   (`sglang_ssd.tools.tree_gpu_check`);
 2. chain verification: the FlashInfer `chain_speculative_sampling` route vs the torch route — the
    algorithm core's GPU tests (statistical agreement with the target law), run by pytest;
 3. the Triton chain-verification kernel vs the torch rule on the same coins (accept lengths must be
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"}
     draft_json = out.parent / "draft_gpu_check.json"
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "sglang_ssd.tools.gpu_check", "--out", str(draft_json)],
+    r = subprocess.run([sys.executable, "-m", "sglang_ssd.tools.tree_gpu_check", "--out", str(draft_json)],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=420)
     report["draft_tree"] = {"rc": r.returncode, "seconds": round(time.perf_counter() - t0, 1),
                             "tail": (r.stdout + r.stderr)[-3000:]}

@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.readme_blocks import write_block  # noqa: E402
-from sglang_ssd.target.config import add_ssd_arguments  # noqa: E402
 from sglang_ssd.target.defaults import CHOSEN  # noqa: E402
+from sglang_ssd.target.ssd_config import add_ssd_arguments  # noqa: E402
 from sglang_ssd.wire.settings import DraftSettings  # noqa: E402
 
 README = ROOT / "README.md"

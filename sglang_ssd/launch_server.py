@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from sglang_ssd.target import defaults
-from sglang_ssd.target.config import ENV_JSON, ConfigError, add_ssd_arguments, config_from_args
+from sglang_ssd.target.ssd_config import ENV_JSON, ConfigError, add_ssd_arguments, config_from_args
 
 CPU_DEFAULTS = (
     ("--attention-backend", "torch_native"),

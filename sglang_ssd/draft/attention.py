@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .config import ModelConfig
 from .kv_pool import KVPool
+from .model_config import ModelConfig
 
 
 def causal_tail_mask(n: int, kv_len: int, device) -> torch.Tensor:

@@ -21,8 +21,8 @@ from sglang_ssd.cpu import clib
 from sglang_ssd.cpu.attention import attend
 
 from .attention import TorchAttention
-from .config import ModelConfig
 from .kv_pool import KVPool
+from .model_config import ModelConfig
 
 SMALL_SPAN = 4  # spans of at most this many tokens go to the C kernel (measured, see the docstring)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 
 from .attention import TorchAttention
-from .config import ModelConfig
 from .kv_pool import KVPool
+from .model_config import ModelConfig
 
 
 def make_attention(kind: str, cfg: ModelConfig, pool: KVPool, device: torch.device):

@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 
 from .attention import causal_tail_mask
-from .config import ModelConfig
 from .kv_pool import KVPool
+from .model_config import ModelConfig
 
 WORKSPACE_BYTES = 256 << 20
 

@@ -16,8 +16,8 @@ import triton
 import triton.language as tl
 
 from .attention import causal_tail_mask
-from .config import ModelConfig
 from .kv_pool import KVPool
+from .model_config import ModelConfig
 
 NEG = tl.constexpr(-1.0e30)  # a compiled kernel reads only constexpr globals
 

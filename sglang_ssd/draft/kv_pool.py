@@ -16,7 +16,7 @@ import bisect
 
 import torch
 
-from .config import ModelConfig
+from .model_config import ModelConfig
 
 
 class PoolExhausted(RuntimeError):

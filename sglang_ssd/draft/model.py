@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from sglang_ssd.cpu.linear import linear
 
 from .attention_factory import make_attention
-from .config import ModelConfig
 from .kv_pool import KVPool
+from .model_config import ModelConfig
 from .rope import Rope
 from .weights import ModelWeights, compact_linears, load_weights
 

@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from .config import ModelConfig
+from .model_config import ModelConfig
 
 
 def inv_frequencies(cfg: ModelConfig) -> torch.Tensor:

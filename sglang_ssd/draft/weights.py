@@ -16,7 +16,7 @@ from safetensors import safe_open
 
 from sglang_ssd.cpu.linear import compact
 
-from .config import ModelConfig
+from .model_config import ModelConfig
 
 
 @dataclass

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import tempfile
 
-from sglang_ssd.target.config import SSDConfig
+from sglang_ssd.target.ssd_config import SSDConfig
 from sglang_ssd.wire.spawn import SpawnError, spawn_until_ready, stop_process
 
 # spawn_draft_server and stop_process are also how tests/e2e starts and stops its own draft servers.

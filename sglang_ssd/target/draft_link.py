@@ -14,7 +14,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 
-from sglang_ssd.target.config import SSDConfig
+from sglang_ssd.target.ssd_config import SSDConfig
 from sglang_ssd.wire.client import DraftClient, DraftUnavailable
 from sglang_ssd.wire.messages import DraftParams
 from sglang_ssd.wire.speculation import Outcome, Speculation

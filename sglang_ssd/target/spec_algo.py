@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from sglang.srt.speculative.spec_registry import CustomSpecAlgo
 
-from sglang_ssd.target.config import SSDConfig
+from sglang_ssd.target.ssd_config import SSDConfig
 
 DEFAULT_MAX_RUNNING_REQUESTS = 48
 

@@ -32,9 +32,9 @@ from sglang.srt.speculative.spec_utils import move_accept_tokens_to_target_kvcac
 
 from sglang_ssd.target import metrics, module_timers
 from sglang_ssd.target.auto_k import AutoK
-from sglang_ssd.target.config import SSDConfig
 from sglang_ssd.target.draft_link import DraftLink
 from sglang_ssd.target.proposals import BatchProposal, chain_tree, stack_proposals
+from sglang_ssd.target.ssd_config import SSDConfig
 from sglang_ssd.target.target_logits import (
     AcceptLayout,
     accept_layout,

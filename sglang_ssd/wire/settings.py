@@ -1,7 +1,7 @@
 """The draft settings: declared once here, read by both processes.
 
 `DraftSettings` is every knob the target side decides and the draft server obeys. The target's
-`SSDConfig` (target/config.py) extends it with launch-only fields, the draft engine's `EngineConfig`
+`SSDConfig` (target/ssd_config.py) extends it with launch-only fields, the draft engine's `EngineConfig`
 (draft/engine_config.py) extends it with server-only limits, and the launcher hands it to the draft server as
 one JSON argument (`--settings '<json>'`). Each field's metadata names its flag parser and help text,
 so the `--ssd-<name>` flags of the launcher and the `--<name>` flags of `python -m sglang_ssd.draft_server`

@@ -11,9 +11,9 @@ from sglang_ssd.cpu import clib
 from sglang_ssd.draft.attention import TorchAttention
 from sglang_ssd.draft.attention_c import CAttention
 from sglang_ssd.draft.attention_factory import make_attention
-from sglang_ssd.draft.config import ModelConfig
 from sglang_ssd.draft.kv_pool import KVPool
 from sglang_ssd.draft.model import Span
+from sglang_ssd.draft.model_config import ModelConfig
 
 CFG = {"model_type": "llama", "vocab_size": 64, "hidden_size": 64, "intermediate_size": 128,
        "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}  # fmt: skip

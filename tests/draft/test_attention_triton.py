@@ -12,9 +12,9 @@ import torch  # noqa: E402
 
 from sglang_ssd.draft.attention import TorchAttention  # noqa: E402
 from sglang_ssd.draft.attention_factory import make_attention  # noqa: E402
-from sglang_ssd.draft.config import ModelConfig  # noqa: E402
 from sglang_ssd.draft.kv_pool import KVPool  # noqa: E402
 from sglang_ssd.draft.model import Span  # noqa: E402
+from sglang_ssd.draft.model_config import ModelConfig  # noqa: E402
 
 pytest.importorskip("triton")
 

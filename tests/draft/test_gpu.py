@@ -7,10 +7,10 @@ import importlib.util
 import pytest
 import torch
 
-from sglang_ssd.draft.config import ModelConfig
 from sglang_ssd.draft.model import DraftModel, Span
-from sglang_ssd.tools.gpu_check import SMALL
+from sglang_ssd.draft.model_config import ModelConfig
 from sglang_ssd.tools.random_model import random_weights
+from sglang_ssd.tools.tree_gpu_check import SMALL
 
 HAS_FLASHINFER = torch.cuda.is_available() and importlib.util.find_spec("flashinfer") is not None
 
@@ -28,7 +28,7 @@ def test_random_weights_build_a_runnable_model():
 
 def test_agreement_harness_on_cpu():
     """The mirroring harness itself (torch against torch here): identical forwards agree exactly."""
-    from sglang_ssd.tools.gpu_check import agreement
+    from sglang_ssd.tools.tree_gpu_check import agreement
 
     tiny = {**SMALL, "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
             "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}  # fmt: skip
@@ -41,7 +41,7 @@ def test_timing_harness_on_cpu():
 
     At b = 2 the prompts (2 x 2100 tokens) exceed one work step's token cap, so prefill takes two steps:
     the harness must work until every request has branched (the first GPU run broke here)."""
-    from sglang_ssd.tools.gpu_check import timing
+    from sglang_ssd.tools.tree_gpu_check import timing
 
     tiny = {**SMALL, "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
             "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}  # fmt: skip
@@ -52,7 +52,7 @@ def test_timing_harness_on_cpu():
 
 @pytest.mark.skipif(not HAS_FLASHINFER, reason="needs a CUDA device with flashinfer installed")
 def test_flashinfer_tree_attention_matches_torch():
-    from sglang_ssd.tools.gpu_check import agreement
+    from sglang_ssd.tools.tree_gpu_check import agreement
 
     report = agreement("cuda:0")
     assert report["forwards"] > 8

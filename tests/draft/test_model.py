@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from sglang_ssd.draft.config import ModelConfig
 from sglang_ssd.draft.kv_pool import KVPool, PoolExhausted
 from sglang_ssd.draft.model import DraftModel, Span
+from sglang_ssd.draft.model_config import ModelConfig
 from sglang_ssd.tools.random_model import write_random_model
 from tests.model_paths import require_model
 

@@ -137,7 +137,7 @@ class DraftProcess:
                  script: Path | None = None, **config_extra):
         import tempfile
 
-        from sglang_ssd.target.config import SSDConfig
+        from sglang_ssd.target.ssd_config import SSDConfig
 
         self.endpoint = f"ipc://{tempfile.mkdtemp(prefix='ssd-test-')}/draft.sock"
         fields = {"k": SSD_K, "budget": 12, "backup": "neural", **config_extra}

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from sglang_ssd.target.config import SSDConfig
 from sglang_ssd.target.draft_link import OPEN_TOKENS_PER_MESSAGE, DraftLink
+from sglang_ssd.target.ssd_config import SSDConfig
 from sglang_ssd.wire import DraftParams
 from sglang_ssd.wire.speculation import Speculation
 

@@ -9,8 +9,8 @@ from dataclasses import fields
 import pytest
 
 from sglang_ssd.draft.cli import draft_settings, parse_args
-from sglang_ssd.target.config import SSDConfig, add_ssd_arguments, config_from_args
 from sglang_ssd.target.draft_fleet import draft_server_command
+from sglang_ssd.target.ssd_config import SSDConfig, add_ssd_arguments, config_from_args
 from sglang_ssd.wire.settings import AUTO_K_MAX, ConfigError, DraftSettings
 
 NON_DEFAULT = dict(k=3, fanout="uniform", budget=9, saguaro_c=0.5, backup="fast", mode="sync", q_support=64,

@@ -9,7 +9,7 @@
    with each attention backend; the glue forward (K+1 tokens a request) is the plain-decode reference
    at a comparable token count.
 
-    python -m sglang_ssd.tools.gpu_check --out out/draft_gpu_check.json
+    python -m sglang_ssd.tools.tree_gpu_check --out out/draft_gpu_check.json
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import torch
 
-from sglang_ssd.draft.config import ModelConfig
 from sglang_ssd.draft.engine import DraftEngine, EngineConfig
 from sglang_ssd.draft.model import DraftModel
+from sglang_ssd.draft.model_config import ModelConfig
 from sglang_ssd.wire.messages import DraftParams
 
 from .random_model import random_weights
