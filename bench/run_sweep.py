@@ -73,7 +73,9 @@ def configs(draft: str, k: str, budget: str, k_variants: list[str],
                   {**meta, "backup": "neural", "levels": 3})
     out["ssd3"] = ([*ssd(), *chain, "--ssd-fanout", "geometric", "--ssd-draft-cores", "1", "--ssd-backup", "auto"],
                    {**meta, "backup": "auto", "levels": 3})
-    out["ssd_kauto"] = ([*ssd("auto"), "--ssd-draft-cores", "1"], {**meta, "k": "auto", "backup": "auto"})
+    # what a user typing `--ssd-k auto` gets: ΣF from the calibration, K per round, the draft depth steered
+    out["ssd_kauto"] = (["--speculative-algorithm", "SSD", "--speculative-draft-model-path", draft, "--ssd-k", "auto",
+                         "--ssd-draft-cores", "1"], {**meta, "k": "auto", "budget": 0, "backup": "auto"})
     # No --ssd-k / --ssd-budget: what a user who names no SSD setting gets (target/defaults.py).
     out["ssd_default"] = (["--speculative-algorithm", "SSD", "--speculative-draft-model-path", draft,
                            "--ssd-draft-cores", "1"], {**meta, "k": "default", "budget": 0, "backup": "auto"})

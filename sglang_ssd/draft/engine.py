@@ -32,7 +32,7 @@ from .l0 import L0Level
 from .level_temps import TemperatureCalibrator
 from .lifetime import RequestError, RequestTable, refused
 from .model import DraftModel
-from .planning import BackupChooser, FanoutPlanner
+from .planning import BackupChooser, FanoutPlanner, fold_plan
 from .prespeculation import Prespeculator
 from .request import RequestState, Stage
 from .spec_store import SpecStore
@@ -50,22 +50,48 @@ class DraftEngine:
 
     def __init__(self, model: DraftModel, cfg: EngineConfig, l0: L0Level | None = None) -> None:
         cfg.validate()
-        self.model, self.cfg, self.k, self.l0 = model, cfg, cfg.draft_k, l0
-        kind = "fixed" if cfg.fanout_list is not None else cfg.fanout
+        self.model, self.cfg, self.l0 = model, cfg, l0
         self.budget = sum(cfg.fanout_list) if cfg.fanout_list is not None else cfg.budget
-        self.planner = FanoutPlanner(kind, self.k, self.budget, cfg.fanout_list)
-        self.backup = BackupChooser("neural" if cfg.mode == "sync" else cfg.backup, self.k)
-        self.store = SpecStore(model, self.k, self.budget, cfg.q_support, cfg.max_requests,
-                               int(cfg.cache_mem_mb * (1 << 20)))  # fmt: skip
+        self.backup = BackupChooser("neural" if cfg.mode == "sync" else cfg.backup, cfg.draft_k)
         self.stats = EngineStats()
         m = cfg.draft_temperature
         self.tau1 = None if m is None else TemperatureCalibrator(multiplier=None if m == "auto" else float(m))
-        self.drafter = make_drafter(model, self.k, cfg.saguaro_c, l0, self.stats)
+        self._planners: dict[int, FanoutPlanner] = {}  # per depth: each keeps its own live estimates
+        self.store = SpecStore(model, cfg.draft_k, self.budget, cfg.q_support, cfg.max_requests,
+                               int(cfg.cache_mem_mb * (1 << 20)))  # fmt: skip
         self.table = RequestTable(model, cfg, self.budget, self.store, self.stats, self.tau1)
-        self.prespec = Prespeculator(model, cfg, self.k, self.budget, self.table, self.drafter, self.planner,
-                                     self.store, self.stats)  # fmt: skip
+        self._use_depth(cfg.draft_k)
         self._last_reply: float | None = None
         self._t_backup: float | None = None
+
+    # ---- the draft depth ----------------------------------------------------------------------------
+    def planner_for(self, k: int) -> FanoutPlanner:
+        """The fan-out planner over the outcomes of a ``k``-token speculation."""
+        if k not in self._planners:
+            kind = "fixed" if self.cfg.fanout_list is not None else self.cfg.fanout
+            self._planners[k] = FanoutPlanner(kind, k, self.budget, fold_plan(self.cfg.fanout_list, k))
+        return self._planners[k]
+
+    def _use_depth(self, k: int) -> None:
+        """Draft ``k`` tokens a round: the planner, drafter and work loop for that K."""
+        self.k, self.planner = k, self.planner_for(k)
+        self.drafter = make_drafter(self.model, k, self.cfg.saguaro_c, self.l0, self.stats)
+        self.prespec = Prespeculator(self.model, self.cfg, k, self.budget, self.table, self.drafter,
+                                     self.planner_for, self.store, self.stats)  # fmt: skip
+
+    def set_depth(self, k: int) -> None:
+        """Draft ``k`` tokens a round from the next tree on (the target's auto-K steers it, 1 ≤ k ≤ the
+        configured K). Called after a round's replies, when the round's requests have not forked yet;
+        trees other requests finished or began at the old depth are dropped (their next round is a
+        miss), so every cached branch has the new depth. Shorter drafts are exact by construction."""
+        k = max(1, min(int(k), self.cfg.draft_k))
+        if k == self.k:
+            return
+        for r in self.table.by_id.values():
+            if r.stage in (Stage.TREE, Stage.READY):
+                r.stage, r.tree = Stage.IDLE, None
+        self._use_depth(k)
+        self.stats.count("depth_changes")
 
     @property
     def requests(self) -> dict[str, RequestState]:
@@ -165,8 +191,9 @@ class DraftEngine:
         return self.table.expire_idle(now)
 
     # ---- rounds ---------------------------------------------------------------------------------------
-    def round(self, outcomes: list[OutcomeMsg]) -> list[Speculation]:
-        """Answer round T's outcomes with round T+1's speculations (same order)."""
+    def round(self, outcomes: list[OutcomeMsg], depth: int | None = None) -> list[Speculation]:
+        """Answer round T's outcomes with round T+1's speculations (same order); ``depth``: the K the
+        target will verify, drafted from the next trees on (:meth:`set_depth`)."""
         results: list[Speculation | None] = [None] * len(outcomes)
         valid = self.table.check_round(outcomes, results)
         valid = self._serve_prefilling(valid, results)
@@ -184,6 +211,8 @@ class DraftEngine:
             self._serve_partial(partial, kind, results)
         self._serve_misses(missed, kind, results)
         self._last_reply = time.monotonic()
+        if depth is not None:
+            self.set_depth(depth)
         return results
 
     def _serve_prefilling(self, valid: list[Entry], results: list) -> list[Entry]:

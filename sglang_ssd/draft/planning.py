@@ -13,6 +13,13 @@ from ..algo.fanout import AdaptiveFanoutPlanner
 from ..algo.policy import BackupPolicy
 
 
+def fold_plan(fixed: list[int] | None, k: int) -> list[int] | None:
+    """A fixed F_0..F_K for a shallower depth k: the forks for k and beyond go to F_k (same ΣF)."""
+    if fixed is None or len(fixed) == k + 1:
+        return fixed
+    return list(fixed[:k]) + [sum(fixed[k:])]
+
+
 class FanoutPlanner:
     """``kind``: "geometric", "uniform" or "fixed" (then ``fixed`` is the plan, length K+1)."""
 

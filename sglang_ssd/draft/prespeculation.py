@@ -11,6 +11,7 @@ where the next round's lookup finds it.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -31,9 +32,11 @@ class Prespeculator:
     """The work loop over the requests of ``table``; the engine owns it and everything it is given."""
 
     def __init__(self, model: DraftModel, cfg: EngineConfig, k: int, budget: int, table: RequestTable,
-                 drafter: PlainDrafter, planner: FanoutPlanner, store: SpecStore, stats: EngineStats) -> None:  # fmt: skip
+                 drafter: PlainDrafter, planner_for: Callable[[int], FanoutPlanner], store: SpecStore,
+                 stats: EngineStats) -> None:  # fmt: skip
         self.model, self.cfg, self.k, self.budget = model, cfg, k, budget
-        self.table, self.drafter, self.planner, self.store, self.stats = table, drafter, planner, store, stats
+        self.table, self.drafter, self.store, self.stats = table, drafter, store, stats
+        self.planner_for = planner_for  # the planner over a K'-token speculation's outcomes
         self._rr = 0  # round-robin start for capped work steps
 
     def has_work(self) -> bool:
@@ -115,9 +118,11 @@ class Prespeculator:
         return glue_span(r)
 
     def _fork(self, r: RequestState, glue_logits: torch.Tensor) -> None:
-        r.plan = self.planner.plan(after_miss=r.after_miss)
+        # Forks cover the outcomes of the speculation the target verifies, which is longer than this
+        # tree's depth on the round after a depth change; the branches draft the current depth.
+        r.plan = self.planner_for(max(len(r.spec), self.k)).plan(after_miss=r.after_miss)
         r.tree = select_forks(r, glue_logits, r.plan, self.model, self.k)
-        r.tree.sample_plan = self.planner.plan(after_miss=False)
+        r.tree.sample_plan = self.planner_for(self.k).plan(after_miss=False)
         r.stage = Stage.TREE if r.tree.num_branches else Stage.READY
         r.ready_at = None if r.tree.num_branches else time.monotonic()
 

@@ -96,7 +96,7 @@ class DraftServer:
         eng = self.engine
         if isinstance(body, Round):
             with Timer(eng.stats, "round"):
-                specs = eng.round(body.outcomes)
+                specs = eng.round(body.outcomes, body.depth)
             return self._speculations(seq, specs)
         if isinstance(body, Open):
             try:

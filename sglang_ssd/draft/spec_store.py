@@ -19,6 +19,11 @@ from .tree import q_to_full, stack_steps
 
 
 class SpecStore:
+    """``k``: the deepest draft (the configured K). A tree drafts the engine's current depth (auto-K on
+    the target may steer it lower) and forks on the outcomes of the speculation it follows, which a
+    depth change leaves up to ``k`` long: the table holds ``k`` tokens a branch and remembers each
+    slot's depth."""
+
     def __init__(self, model: DraftModel, k: int, budget: int, q_support: int, max_slots: int, max_bytes: int) -> None:
         self.model, self.k = model, k
         self.support = q_support if q_support > 0 else 1
@@ -26,6 +31,7 @@ class SpecStore:
         per_slot = SpeculationCache.bytes_for(1, k, fan, model.vocab_size, self.support)
         slots = max(1, min(max_slots, max_bytes // per_slot))
         self.table = SpeculationCache(slots, k, fan, model.vocab_size, support=self.support, device=model.device)
+        self.depth = torch.full((slots,), k, dtype=torch.int64)  # tokens a branch of the slot's tree
 
     def uses_table(self, req: RequestState) -> bool:
         s = req.params.support
@@ -50,7 +56,9 @@ class SpecStore:
             return
         q = q_to_full(stack_steps(t.q), self.model)
         slots = torch.full((t.num_branches,), req.slot, dtype=torch.int64)
-        self.table.store(slots, t.fork_k, t.fork_tok, t.tokens, q, replace=True)
+        depth = t.tokens.shape[1]
+        self.table.store(slots, t.fork_k, t.fork_tok, *self._pad(t.tokens, q), replace=True)
+        self.depth[req.slot] = depth
         t.q = []  # the table holds them now
 
     def lookup(self, items: list[tuple[RequestState, int, int]]) -> list[tuple[torch.Tensor, object] | None]:
@@ -64,14 +72,29 @@ class SpecStore:
             found = self.table.lookup(col(0), col(1), col(2))
             for row, i in enumerate(in_table):
                 if bool(found.hit[row]):
-                    q = found.q[row] if isinstance(found.q, SparseProbs) else found.q[row]
-                    out[i] = (found.tokens[row].cpu(), q)
+                    d = int(self.depth[items[i][0].slot])
+                    out[i] = (found.tokens[row, :d].cpu(), found.q[row][:d])
         for i, (r, k, bonus) in enumerate(items):
             if not self.uses_table(r):
                 b = r.tree.find(k, bonus)
                 if b is not None:
-                    out[i] = self.branch(r, b, self.k)
+                    out[i] = self.branch(r, b, r.tree.tokens.shape[1])
         return out
+
+    def _pad(self, tokens: torch.Tensor, q):
+        """A shallower tree's tokens ``[N, d]`` and q′ ``[N, d, ·]`` widened to the table's K columns
+        (zeros past ``d``; the slot's depth keeps them from ever being read)."""
+        n, d = tokens.shape
+        if d == self.k:
+            return tokens, q
+        tokens = torch.cat([tokens, tokens.new_zeros(n, self.k - d)], 1)
+        if isinstance(q, SparseProbs):
+            pad = (n, self.k - d, q.support)
+            q = SparseProbs(torch.cat([q.indices, q.indices.new_zeros(pad)], 1),
+                            torch.cat([q.probs, q.probs.new_zeros(pad)], 1), q.vocab_size)  # fmt: skip
+        else:
+            q = torch.cat([q, q.new_zeros(n, self.k - d, q.shape[-1])], 1)
+        return tokens, q
 
     def clear(self, req: RequestState) -> None:
         if req.slot < self.table.num_slots:

@@ -42,10 +42,11 @@ def glue_span(req: RequestState) -> Span:
 
 
 def select_forks(req: RequestState, glue_logits: torch.Tensor, plan: list[int], model: DraftModel, k: int) -> Tree:
-    """Tree of fork candidates from the glue logits ``[K'+1, V_head]`` and the fan-out ``plan`` (K+1)."""
+    """Tree of fork candidates from the glue logits ``[K'+1, V_head]`` and the fan-out ``plan`` (one
+    entry per outcome k = 0..K_p, K_p ≥ the speculation's length K'); each branch drafts ``k`` tokens."""
     spec = req.spec
-    kp = len(spec)
-    fanout = [plan[min(j, k)] if j < kp else plan[k] for j in range(kp + 1)]
+    kp, last = len(spec), len(plan) - 1
+    fanout = [plan[min(j, last)] if j < kp else plan[last] for j in range(kp + 1)]
     width = min(max(fanout) + 1, glue_logits.shape[-1])
     top_vals, top_idx = torch.topk(glue_logits, width, dim=-1)
     top_full = model.to_full_ids(top_idx).tolist()

@@ -63,6 +63,7 @@ class AutoK:
         self.until_explore: dict[int, int] = {}  # bucket -> rounds left before its next exploration
         self.parked_every: dict[int, int] = {}  # bucket -> its current parked exploration interval
         self.chosen = [0] * (k_max + 1)
+        self.asked: int | None = None  # the depth last asked of the draft server
         self.rng = random.Random(seed)
 
     @staticmethod
@@ -136,6 +137,16 @@ class AutoK:
         self.chosen[k] += 1
         return k
 
+    def depth(self, batch: int) -> int:
+        """The K the draft server should draft (it applies from its next trees, the round after next):
+        the model's last choice for the batch's bucket, the ceiling before there is one, and the 1–2
+        tokens of the explorations while plain decoding wins. A draft server that drafts what will be
+        verified spends its verify window on that depth only; verification never needs more, and an
+        exploration of a larger K verifies what was drafted."""
+        best = self.best.get(self.bucket(batch))
+        self.asked = self.k_max if best is None else best if best > 0 else min(2, self.k_max)
+        return self.asked
+
     def observe(self, batch: int, width: int, step_ms: float, gap_ms: float | None, accepted: list[int],
                 drafted: list[int]) -> None:
         """One round: ``step_ms`` the worker's whole step at ``width``; ``gap_ms`` the time since the
@@ -165,6 +176,7 @@ class AutoK:
             "ssd_auto_k_alpha": self.alpha,
             "ssd_auto_k_gap_ms": self.gap_ms,
             "ssd_auto_k_chosen": list(self.chosen),
+            "ssd_auto_k_depth": self.asked,
             # Expected step ms per batch-size bucket (1 = batch 1, 2 = 2-3, 3 = 4-7, ...) at plain
             # decoding and at the full draft; None where not yet estimable (a parked bucket).
             "ssd_auto_k_step_ms": {

@@ -53,7 +53,9 @@ def choose(calibration: dict, alpha: float = PRIOR_ALPHA) -> tuple[int, int, str
 def apply(config, given: set[str], draft_model_path: str | None):
     """``config`` with K and ΣF from the calibration where no flag set them ⇒ (config, one log line)."""
     flags = {f"--ssd-{name}" for name in CHOSEN}
-    if given & flags:
+    # `--ssd-k auto` alone still takes ΣF from the calibration (auto-K steers the depth, not ΣF)
+    auto_only = config.k == "auto" and "--ssd-budget" not in given
+    if given & flags and not auto_only:
         return config, f"SSD settings from flags: K = {config.k}, ΣF = {config.budget}"
     if config.draft_endpoints:  # a draft server started elsewhere drafts with the settings it was given
         return config, f"SSD settings K = {config.k}, ΣF = {config.budget} (draft servers at --ssd-draft-endpoint)"
@@ -65,5 +67,7 @@ def apply(config, given: set[str], draft_model_path: str | None):
         k, budget, why = choose(json.loads(path.read_text()))
     except (ValueError, KeyError, TypeError) as exc:
         return config, f"SSD defaults K = {config.k}, ΣF = {config.budget} ({path} unusable: {exc})"
+    if auto_only:
+        k, why = "auto", f"ΣF for K = {k}, {why}; auto-K picks K per round and steers the draft server's depth"
     return replace(config, k=k, budget=budget).validate(), (
         f"SSD settings from {path}: K = {k}, ΣF = {budget} ({why}; --ssd-k / --ssd-budget override)")

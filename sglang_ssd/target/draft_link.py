@@ -142,8 +142,9 @@ class DraftLink:
                     self.opened.add(spec.rid)
         return out
 
-    def post(self, outcomes: list[Outcome]) -> None:
-        """Send the outcomes now and return at once; :meth:`collect` gets the replies later.
+    def post(self, outcomes: list[Outcome], depth: int | None = None) -> None:
+        """Send the outcomes now and return at once; :meth:`collect` gets the replies later. ``depth``:
+        the K the draft servers should draft from their next trees on (auto-K; None: their own).
 
         The worker posts at the end of its step and collects at the start of the next, so the round
         trip (and any wait for the draft server to finish the tree step it is in) overlaps the
@@ -158,7 +159,7 @@ class DraftLink:
             if not self._usable(i):
                 continue
             try:
-                self._tickets[i] = self.clients[i].post_round(group)
+                self._tickets[i] = self.clients[i].post_round(group, depth)
             except DraftUnavailable as e:
                 self._fault(i, e)
 

@@ -255,7 +255,9 @@ class SSDWorker(BaseSpecWorker):
             for i, req in enumerate(batch.reqs)
             if specs[i] is not None and self.link.is_open(req.rid)
         ]
-        self.link.post(outcomes)
+        # auto-K steers the draft server's depth to the K it verifies (None: the server keeps its K)
+        depth = self.auto_k.depth(len(batch.reqs)) if self.auto_k and outcomes else None
+        self.link.post(outcomes, depth)
         if self.config.mode == "sync":
             self.pending.update(self.link.collect())
 

@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass, field, fields
 from typing import Self
 
-AUTO_K_MAX = 7  # with k = "auto" the draft server drafts this many tokens and the target verifies up to this many
+AUTO_K_MAX = 7  # with k = "auto": K's ceiling (the target steers the draft server's depth below it)
 K_MAX = 32  # the most draft tokens per round
 
 

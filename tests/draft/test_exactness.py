@@ -67,7 +67,9 @@ def check_tree(engine: DraftEngine, req) -> int:
     return t.num_branches
 
 
-def run_rounds(engine: DraftEngine, rng: random.Random, n_requests: int, rounds: int, params_list) -> dict:
+def run_rounds(engine: DraftEngine, rng: random.Random, n_requests: int, rounds: int, params_list,
+               depths: list[int] | None = None) -> dict:
+    """``depths``: the depth each round's message asks for (auto-K steering), None to keep K."""
     model = engine.model
     vocab = model.vocab_size
     specs = {}
@@ -76,7 +78,7 @@ def run_rounds(engine: DraftEngine, rng: random.Random, n_requests: int, rounds:
         spec = engine.open(f"r{i}", prompt, rng.randrange(vocab), params_list[i % len(params_list)])
         specs[f"r{i}"] = spec
     checked = {"branches": 0, "hits": 0, "backups": 0}
-    for _ in range(rounds):
+    for n in range(rounds):
         while engine.has_work():
             engine.work_step()
         outcomes = []
@@ -88,15 +90,17 @@ def run_rounds(engine: DraftEngine, rng: random.Random, n_requests: int, rounds:
             cached = [int(t.fork_tok[b]) for b in range(t.num_branches) if int(t.fork_k[b]) == k]
             bonus = rng.choice(cached) if cached and rng.random() < 0.6 else rng.randrange(vocab)
             outcomes.append(OutcomeMsg(rid=rid, accepted=k, bonus=bonus, spec_id=spec.spec_id))
-        replies = engine.round(outcomes)
+        k_before = engine.k  # this round's backups draft at the depth in force when it arrived
+        replies = engine.round(outcomes, depths[n] if depths else None)
         for o, spec in zip(outcomes, replies):
             assert spec.error is None
             req = engine.requests[o.rid]
             checked["hits"] += spec.hit
             if not spec.hit:
                 # A backup draft is plain decoding of the committed context too.
-                ref_toks, ref_q = reference_draft(model, req.tokens, engine.k, req.params, req.seed,
-                                                  engine.planner.plan(after_miss=True), engine.cfg.saguaro_c)  # fmt: skip
+                plan = engine._planners[k_before].plan(after_miss=True)
+                ref_toks, ref_q = reference_draft(model, req.tokens, k_before, req.params, req.seed, plan,
+                                                  engine.cfg.saguaro_c)  # fmt: skip
                 assert spec.tokens.tolist() == ref_toks
                 torch.testing.assert_close(_dense(spec.q, vocab), ref_q, atol=Q_ATOL, rtol=0)
                 checked["backups"] += 1
@@ -122,6 +126,27 @@ def test_branches_equal_plain_decoding(tiny_llama, fanout, c):
     checked = run_rounds(engine, random.Random(sum(fanout) + int(c * 10)), n_requests=4, rounds=3, params_list=PARAMS)
     assert checked["branches"] >= 4 * 3 * 5
     assert checked["hits"] > 0 and checked["backups"] > 0
+
+
+@pytest.mark.parametrize("fanout", [[3, 2, 2, 1, 2], None])
+def test_steered_depth_stays_exact(tiny_llama, fanout):
+    """Auto-K steers the depth from round to round (deeper, shallower, the ceiling, past it): every tree
+    is plain decoding of its branches at the depth in force, and each reply drafts that depth."""
+    model = DraftModel(tiny_llama, kv_slots=8192)
+    cfg = EngineConfig(k=4, fanout_list=fanout, fanout="geometric", budget=9, saguaro_c=0.7, backup="neural")
+    engine = DraftEngine(model, cfg)
+    depths = [2, 2, 1, 4, 3, 9, 2]
+    checked = run_rounds(engine, random.Random(77), n_requests=3, rounds=len(depths), params_list=PARAMS,
+                         depths=depths)  # fmt: skip
+    assert checked["hits"] > 0 and checked["backups"] > 0
+    assert engine.k == 2 and engine.stats.snapshot()["depth_changes"] == 6  # 9 is held to K = 4
+    while engine.has_work():
+        engine.work_step()
+    for req in engine.requests.values():
+        # the last replies were drafted 4 deep: the new trees fork on their 5 outcomes, 2 tokens a branch
+        assert req.tree.tokens.shape[1] == req.tree.steps_done == 2 and len(req.spec) == 4
+        assert len(req.plan) == 5 and sum(req.plan) == engine.budget
+        check_tree(engine, req)
 
 
 def test_reduced_vocabulary_head(tiny_reduced):

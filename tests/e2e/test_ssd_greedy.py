@@ -92,6 +92,9 @@ def test_auto_k_matches_reference(ssd_auto_server, equality_prompts, hf_greedy):
     assert state["ssd_rounds"] > 0
     chosen = state["ssd_auto_k_chosen"]  # rounds per K: both plain-decode (DECODE forward) and drafted ran
     assert chosen[0] > 0 and sum(chosen[1:]) > 0, chosen
+    # The depth auto-K last asked for is the one the draft server drafts now (it asked at least once).
+    assert state["ssd_auto_k_depth"] is not None
+    assert state["ssd_draft_server"]["k"] == state["ssd_auto_k_depth"], state
 
 
 def test_requests_joining_mid_flight_and_prefix_hits_match_ar(ssd_server, ar_server, equality_prompts):

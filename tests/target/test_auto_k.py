@@ -167,3 +167,57 @@ def test_a_near_tie_does_not_flap_between_plain_decoding_and_drafting():
             auto.observe(4, k + 1, ms, 15.0, [min(k, int((i % 20) < 7))] * 4, [k] * 4)
         switches += sum(1 for a, b in zip(picks, picks[1:]) if (a == 0) != (b == 0))
     assert switches <= 35, switches
+
+
+STEEP_STEP_MS = {1: 30.0, 2: 33.0, 3: 35.0, 4: 45.0, 5: 55.0}  # best K = 2 at α = 0.5
+
+
+def simulate_steered(auto: AutoK, phases: list[tuple[dict, float, int]], seed: int = 0):
+    """Like :func:`simulate` at batch 1, with the draft server steered: the depth the worker asks for
+    after round i is what the server drafts for round i + 2 (its next tree), and a round verifies at
+    most what was drafted. ⇒ (tokens per ms of the last phase, the drafted depth per round)."""
+    rng = random.Random(seed)
+    in_flight = [auto.k_max, auto.k_max]  # the server starts at its own K
+    drafted_log, tok, ms_total = [], 0.0, 0.0
+    for step_ms, alpha, rounds in phases:
+        tok = ms_total = 0.0
+        for _ in range(rounds):
+            drafted = in_flight.pop(0)
+            k = min(auto.choose(1), drafted)
+            a = 0
+            while a < k and rng.random() < alpha:
+                a += 1
+            ms = step_ms[k + 1] * (1 + 0.03 * rng.uniform(-1, 1))
+            auto.observe(1, k + 1, ms, 5.0, [a], [k])
+            in_flight.append(auto.depth(1))
+            drafted_log.append(drafted)
+            tok, ms_total = tok + a + 1, ms_total + ms + 5.0
+    return tok / ms_total, drafted_log
+
+
+def test_steered_depth_follows_the_chosen_k():
+    """The draft server is asked for the K auto-K verifies, not its ceiling: on a curve whose best K is
+    2 the drafted depth settles at 2 and the rate stays within 5 % of the best fixed K."""
+    auto = AutoK(4)
+    rate, drafted = simulate_steered(auto, [(STEEP_STEP_MS, 0.5, 800)])
+    best_k, best = best_rate({w: t - 5.0 for w, t in STEEP_STEP_MS.items()}, 0.5, 1)  # same totals
+    assert best_k == 2 and auto.depth(1) == 2
+    assert drafted[-200:].count(2) > 0.9 * 200, drafted[-200:]
+    assert rate >= 0.95 * expected_tokens(0.5, 2) / (STEEP_STEP_MS[3] + 5.0), (rate, best)
+
+
+def test_steered_depth_grows_when_deeper_drafts_start_to_pay():
+    """Explorations verify at most what was drafted, so a deeper K is judged from the fitted cost line:
+    when verification turns cheap and the draft good, the depth still climbs to the ceiling."""
+    auto = AutoK(4)
+    simulate_steered(auto, [(STEEP_STEP_MS, 0.5, 400)])
+    assert auto.depth(1) == 2
+    _, drafted = simulate_steered(auto, [(FLAT_STEP_MS, 0.85, 600)], seed=1)
+    assert auto.depth(1) == 4 and drafted[-100:].count(4) > 90
+
+
+def test_a_parked_bucket_asks_for_the_explorations_depth_only():
+    auto = AutoK(4)
+    simulate(auto, CPU_STEP_MS, 0.15, lambda i: 1, rounds=200)
+    assert auto.best[1] == 0 and auto.depth(1) == 2
+    assert AutoK(6).depth(3) == 6  # a bucket with no choice yet: the ceiling

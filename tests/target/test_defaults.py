@@ -56,6 +56,16 @@ def test_a_flag_overrides_the_calibration(calibrated):
     assert (config.k, config.budget) == (DraftSettings().k, 9)
 
 
+def test_auto_k_alone_takes_the_calibrated_budget(calibrated, capsys):
+    """`--ssd-k auto` chooses K per round (and steers the draft server's depth); ΣF still comes from
+    the calibration unless --ssd-budget names one."""
+    _, budget, _ = defaults.choose(json.loads(CALIBRATION.read_text()))
+    config = launch(calibrated, "--ssd-k", "auto")
+    assert (config.k, config.budget) == ("auto", budget)
+    assert "auto-K picks K per round" in capsys.readouterr().err
+    assert launch(calibrated, "--ssd-k", "auto", "--ssd-budget", "9").budget == 9
+
+
 def test_without_a_calibration_the_constants_stay(tmp_path, tiny_llama, monkeypatch):
     monkeypatch.setenv(defaults.CALIBRATION_ENV, str(tmp_path / "missing.json"))
     config = launch(tiny_llama)

@@ -330,3 +330,21 @@ def test_posted_round_equals_blocking_round_with_calls_in_between(shared_server)
         c._reset()
         with pytest.raises(DraftUnavailable, match="lost"):
             c.collect_round(ticket)
+
+
+def test_the_depth_a_round_asks_for_reaches_the_server(tiny_model):
+    """Auto-K's K travels with the round over real sockets: the server drafts that many tokens from its
+    next tree on (the reply to the asking round was drafted before it), and never more than its own K."""
+    with DraftServerProcess(tiny_model, ipc_endpoint(), *ARGS) as srv, DraftClient(srv.endpoint, timeout_s=30) as c:
+        spec = c.open("r", [3, 1, 4, 1, 5], 9, DraftParams(temperature=0.0))
+        lengths = [len(spec.tokens)]
+        for depth in (2, None, 1, 9, None):
+            time.sleep(0.2)  # the server pre-speculates meanwhile: some rounds hit, some miss
+            spec = c.collect_round(c.post_round([Outcome("r", 1, int(spec.tokens[1]) if len(spec.tokens) > 1 else 0)],
+                                                depth))[0]  # fmt: skip
+            assert spec.ok, spec.error
+            lengths.append(len(spec.tokens))
+        stats = c.stats()
+        c.close("r")
+    assert lengths == [4, 4, 2, 2, 1, 4]
+    assert stats["k"] == 4 and stats["depth_changes"] == 3
