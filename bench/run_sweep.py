@@ -676,7 +676,7 @@ def render(records: list[dict], out: Path, calibration: str | None) -> None:
     md = table(merged)
     lines = headline(merged) + noise_lines(merged)
     (out / "sweep.md").write_text(md + "\n\n" + "\n".join(lines) + "\n")
-    # one record per point: what `python -m sglang_ssd.plan --sweep` takes (it keys records by point)
+    # one record per point: what `python -m sglang_ssd.planner --sweep` takes (it keys records by point)
     (out / "sweep_mean.jsonl").write_text("".join(json.dumps(r) + "\n" for r in merged))
     plot(merged, out / "pareto.png")
     print(md)

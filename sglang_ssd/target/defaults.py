@@ -3,7 +3,7 @@
 `make models` measures the target's forward by verify width and the draft's steps and tree rounds
 (``bench/calibrate.py --quick``) into ``models/calibration.json``, next to the model folders. A launch
 with ``--speculative-algorithm SSD`` and neither ``--ssd-k`` nor ``--ssd-budget`` hands that file to
-the planner (``sglang_ssd/plan.py``) and takes its fastest SSD configuration at batch 1 whose tree
+the planner (``sglang_ssd/planner/choose.py``) and takes its fastest SSD configuration at batch 1 whose tree
 leaves a quarter of the verify step free: K and ΣF (the geometric fan-out follows from them). It
 prints that choice and why in one line; any ``--ssd-k`` or ``--ssd-budget`` flag overrides it. Without a calibration file the measured-best constants of
 ``wire/settings.py`` (K = 4, ΣF = 24 on this project's CPU) stay, and the line says so.
@@ -38,7 +38,7 @@ def choose(calibration: dict, alpha: float = PRIOR_ALPHA) -> tuple[int, int, str
     """(K, ΣF, why): the planner's fastest SSD setting at batch 1 whose tree takes at most ``TREE_SHARE``
     of the verify step (2026-12-05, without the margin: ΣF = 25 at K = 2, a tree predicted at 31.2 of
     31.5 ms, and served hit 0.58 against 0.84 at ΣF = 24)."""
-    from sglang_ssd.plan import plan
+    from sglang_ssd.planner.choose import plan
 
     p = plan(calibration, alpha, 1.0, batch=1, k_max=7, tree_share=TREE_SHARE)
     best = p.best_ssd

@@ -89,7 +89,7 @@ def test_the_chosen_k_reaches_the_draft_server_and_it_drafts_that_depth(calibrat
 
 
 def test_the_tree_margin_keeps_the_tree_inside_the_verify_step():
-    from sglang_ssd.plan import plan
+    from sglang_ssd.planner.choose import plan
 
     cal = json.loads(CALIBRATION.read_text())
     free = plan(cal, defaults.PRIOR_ALPHA, 1.0, k_max=7).best_ssd
