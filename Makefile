@@ -47,7 +47,7 @@ models/calibration.json: models/draft/config.json
 	$(PY) bench/calibrate.py --quick --no-readme --target models/target --draft models/draft --out $@
 
 models/ngram.json: models/target/config.json
-	$(PY) -m sglang_ssd.tools.ngram --target models/target --out models/ngram.json
+	$(PY) -m sglang_ssd.tools.ngram_build --target models/target --out models/ngram.json
 
 demo: models
 	$(PY) -m sglang_ssd.demo

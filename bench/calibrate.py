@@ -1,4 +1,4 @@
-"""Cost calibration for the planner (``python -m sglang_ssd.plan``): what one forward costs on this machine.
+"""Cost calibration for the planner (``python -m sglang_ssd.planner``): what one forward costs on this machine.
 
 Target (transformers, the folder ``--target``): T_v(n) = time of ONE forward over n new tokens on top of a
 ``--context``-token KV cache (logits for all n rows, as a verification needs them), n = 1..``--max-n``, at
@@ -39,7 +39,7 @@ import torch  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sglang_ssd.cpu import attention as cpu_attention  # noqa: E402
+from sglang_ssd.cpu import sglang_attention as cpu_attention  # noqa: E402
 from sglang_ssd.cpu import clib  # noqa: E402
 from sglang_ssd.cpu import linear as cpu_linear  # noqa: E402
 from sglang_ssd.cpu.allocator import keep_freed_memory  # noqa: E402
@@ -102,7 +102,7 @@ def machine_info() -> dict:
 
 
 class ServedAttention:
-    """The served target's attention for the transformers forward: the C kernel of ``cpu/attention.py``
+    """The served target's attention for the transformers forward: the C kernel of ``cpu/sglang_attention.py``
     over a KV pool in SGLang's layout ([slots, kv_heads, head_dim], ``capacity`` slots per sequence,
     read through a token table), so T_v(n) is timed with the attention the server runs, not SDPA.
     Each call writes only its new tokens into the pool, as SGLang's ``set_kv_buffer`` does; transformers'

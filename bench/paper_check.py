@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sglang_ssd.algo.policy import BackupOption, crossover_batch, expected_tokens, ssd_over_sd_bound  # noqa: E402
-from sglang_ssd.plan import predict_sd, predict_ssd  # noqa: E402
+from sglang_ssd.planner.choose import predict_sd, predict_ssd  # noqa: E402
 from sglang_ssd.planner.costs import CostModel  # noqa: E402
 
 PUBLISHED = {"ar": 54.7, "sd": 161.8, "ssd": 255.8, "draft_round_ms": 21.0, "k": 7, "fanout": 3, "budget": 24}

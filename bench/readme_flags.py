@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.readme_blocks import write_block  # noqa: E402
-from sglang_ssd.target.defaults import CHOSEN  # noqa: E402
+from sglang_ssd.target.defaults import LAUNCH_DEFAULTS  # noqa: E402
 from sglang_ssd.target.ssd_config import add_ssd_arguments  # noqa: E402
 from sglang_ssd.wire.settings import DraftSettings  # noqa: E402
 
@@ -54,8 +54,7 @@ def flag_rows() -> list[tuple[str, str, str]]:
     rows = []
     for f in fields(DraftSettings):
         default = _shown(f.default if f.default is not MISSING else None)
-        if f.name in CHOSEN:
-            default = f"planner's pick from `models/calibration.json`, else {default}"
+        default = LAUNCH_DEFAULTS.get(f.name, default)
         rows.append((PREFIX + f.name.replace("_", "-"), default, f.metadata["help"]))
     settings = {r[0] for r in rows}
     parser = argparse.ArgumentParser(add_help=False)

@@ -257,7 +257,7 @@ def table(records: list[dict]) -> str:
     return "\n".join([head, *rows])
 
 
-def headline(records: list[dict]) -> list[str]:
+def headline(records: list[dict], default: str = "ssd_default") -> list[str]:
     """Ratios at concurrency 1, T = 0, from this run; SSD/SD also against its bound (Cor. 9)."""
     by = {r["config"]: r for r in records if r["concurrency"] == 1 and r["temperature"] == 0}
     lines = []
@@ -284,7 +284,7 @@ def headline(records: list[dict]) -> list[str]:
                 lines.append(f"3-level {deep.upper()}/{flat.upper()} (T={t:g}, c=1) = "
                              f"{at[deep]['output_throughput'] / at[flat]['output_throughput']:.2f}")
     lines += draft_lines(records)
-    lines += defaults_lines(records)
+    lines += defaults_lines(records, default)
     lines += auto_k_lines(records)
     lines += route_lines(records)
     return lines
@@ -380,18 +380,19 @@ def fixed_k_configs(at: dict) -> list[dict]:
     return [r for n, r in at.items() if n == "ssd" or (n.startswith("ssd_k") and n != "ssd_kauto")]
 
 
-def defaults_lines(records: list[dict]) -> list[str]:
-    """The launch with no SSD flag (``ssd_default``) against AR and the best fixed K, in the fixed form
-    ``defaults: SSD/AR = x at c = 1 (best fixed K = k: y; default/best = z; worst default/best over
-    c ≤ C = w)`` at T = 0, then each point."""
+def defaults_lines(records: list[dict], default: str = "ssd_default") -> list[str]:
+    """The launch with no SSD flag (configuration ``default``: ``ssd_default``, or the configuration
+    that launched the same settings) against AR and the best fixed K, in the fixed form ``defaults:
+    SSD/AR = x at c = 1 (best fixed K = k: y; default/best = z; worst default/best over c ≤ C = w)`` at
+    T = 0, then each point."""
     rows, worst = [], None
     for (t, c), at in by_point(records).items():
-        default, ar, fixed = at.get("ssd_default"), at.get("ar"), fixed_k_configs(at)
-        if not default or not ar or not fixed:
+        dflt, ar, fixed = at.get(default), at.get("ar"), fixed_k_configs(at)
+        if not dflt or not ar or not fixed:
             continue
         best = max(fixed, key=lambda r: r["output_throughput"])
-        vs_best = default["output_throughput"] / best["output_throughput"]
-        rows.append((t, c, default["output_throughput"] / ar["output_throughput"], best, vs_best, ar))
+        vs_best = dflt["output_throughput"] / best["output_throughput"]
+        rows.append((t, c, dflt["output_throughput"] / ar["output_throughput"], best, vs_best, ar))
         if worst is None or vs_best < worst[0]:
             worst = (vs_best, t, c)
     one = next((row for row in rows if row[0] == 0 and row[1] == 1), None)
@@ -402,7 +403,8 @@ def defaults_lines(records: list[dict]) -> list[str]:
     out = [f"defaults: SSD/AR = {x:.2f} at c = 1 (best fixed K = {best['k']}: "
            f"{best['output_throughput'] / ar['output_throughput']:.2f}; default/best = {z:.2f}; "
            f"worst default/best over c ≤ {c_max} = {worst[0]:.2f} at T = {worst[1]:g}, c = {worst[2]})"]
-    out += [f"default T={t:g} c={c}: {x_:.2f}x AR, {z_:.2f}x best fixed K = {b['k']}" for t, c, x_, b, z_, _ in rows]
+    out += [f"default ({default}) T={t:g} c={c}: {x_:.2f}x AR, {z_:.2f}x best fixed K = {b['k']}"
+            for t, c, x_, b, z_, _ in rows]
     return out
 
 
@@ -506,6 +508,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="prompts: the project's 200-prompt set; sharegpt: the held-out ShareGPT conversations "
                          "(bench_serving --dataset-name sharegpt)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--default-config", default="ssd_default",
+                    help="the configuration the `defaults:` line reads as the launch with no SSD flag (e.g. "
+                         "ssd_kauto for a run made before auto-K became that launch)")
     ap.add_argument("--render-only", action="store_true",
                     help="rebuild the table, plot, headline and planner check from --out's sweep.jsonl")
     args = ap.parse_args(argv)
@@ -514,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     if args.render_only:
         records = [json.loads(ln) for ln in (out / "sweep.jsonl").read_text().splitlines() if ln.strip()]
-        render(records, out, args.calibration)
+        render(records, out, args.calibration, args.default_config)
         return 0
     out.mkdir(parents=True, exist_ok=True)
     dataset = prepare_dataset(args.dataset, out)
@@ -600,7 +605,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for s in servers.values():
             s.stop()
-    render(records, out, args.calibration)
+    render(records, out, args.calibration, args.default_config)
     return 0
 
 
@@ -671,12 +676,12 @@ def noise_lines(merged: list[dict]) -> list[str]:
     return out
 
 
-def render(records: list[dict], out: Path, calibration: str | None) -> None:
+def render(records: list[dict], out: Path, calibration: str | None, default: str = "ssd_default") -> None:
     merged = merge_repeats(records)
     md = table(merged)
-    lines = headline(merged) + noise_lines(merged)
+    lines = headline(merged, default) + noise_lines(merged)
     (out / "sweep.md").write_text(md + "\n\n" + "\n".join(lines) + "\n")
-    # one record per point: what `python -m sglang_ssd.plan --sweep` takes (it keys records by point)
+    # one record per point: what `python -m sglang_ssd.planner --sweep` takes (it keys records by point)
     (out / "sweep_mean.jsonl").write_text("".join(json.dumps(r) + "\n" for r in merged))
     plot(merged, out / "pareto.png")
     print(md)

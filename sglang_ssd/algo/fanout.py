@@ -168,7 +168,7 @@ class MissExponentEstimator:
 class AdaptiveFanoutPlanner:
     """Per-round fan-out plan that adapts to live estimates of α and r: one plan for rounds drafted
     from a cache hit, one for rounds that follow a miss (drafted by the backup). ``mode="uniform"``
-    spreads evenly. The draft server wraps it in ``draft.planning.FanoutPlanner`` (which adds a fixed
+    spreads evenly. The draft server wraps it in ``draft.fanout_plan.FanoutPlanner`` (which adds a fixed
     plan from the command line)."""
 
     K: int

@@ -18,7 +18,7 @@ import contextlib
 import torch
 from torch.nn.functional import scaled_dot_product_attention
 
-from sglang_ssd.cpu import attention
+from sglang_ssd.cpu import sglang_attention as attention
 from sglang_ssd.hooks import register_once
 
 TARGET = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_extend"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from sglang_ssd.cpu import clib
-from sglang_ssd.cpu.attention import attend
+from sglang_ssd.cpu.sglang_attention import attend
 
 from .attention import TorchAttention
 from .kv_pool import KVPool

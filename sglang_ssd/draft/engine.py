@@ -32,7 +32,7 @@ from .l0 import L0Level
 from .level_temps import TemperatureCalibrator
 from .lifetime import RequestError, RequestTable, refused
 from .model import DraftModel
-from .planning import BackupChooser, FanoutPlanner, fold_plan
+from .fanout_plan import BackupChooser, FanoutPlanner, fold_plan
 from .prespeculation import Prespeculator
 from .request import RequestState, Stage
 from .spec_store import SpecStore

@@ -21,7 +21,7 @@ vote therefore outweighs everything else, so the argmax follows (a) whenever (a)
 otherwise. ``distribution`` keeps the ``top`` most likely tokens and renormalizes them, so it is a
 proper bounded-support proposal q; ``propose`` is the greedy chain of argmaxes (a point-mass proposal).
 
-The draft server loads the fitted table (``L0Level.load``); ``sglang_ssd.tools.ngram`` builds it and
+The draft server loads the fitted table (``L0Level.load``); ``sglang_ssd.tools.ngram_build`` builds it and
 measures its greedy acceptance against the target.
 """
 

@@ -21,7 +21,7 @@ from .engine_config import EngineConfig
 from .kv_pool import PoolExhausted
 from .lifetime import RequestTable
 from .model import DraftModel, Span
-from .planning import FanoutPlanner
+from .fanout_plan import FanoutPlanner
 from .request import RequestState, Stage
 from .spec_store import SpecStore
 from .stats import EngineStats, Timer

@@ -1,5 +1,5 @@
 """Predictions of one configuration (AR, SD at K, SSD at K and a budget) from a calibration's costs,
-through the model of :mod:`.rates`; shared by the planner (``sglang_ssd.plan``) and the sweep check
+through the model of :mod:`.rates`; shared by the planner (``sglang_ssd.planner.choose``) and the sweep check
 (:mod:`.sweep`)."""
 
 from __future__ import annotations

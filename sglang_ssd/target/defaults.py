@@ -1,13 +1,13 @@
-"""The SSD settings a launch gets when it names none: chosen by the planner from this machine's costs.
+"""The SSD settings a launch gets when it names none: auto-K, and ΣF from this machine's costs.
 
-`make models` measures the target's forward by verify width and the draft's steps and tree rounds
-(``bench/calibrate.py --quick``) into ``models/calibration.json``, next to the model folders. A launch
-with ``--speculative-algorithm SSD`` and neither ``--ssd-k`` nor ``--ssd-budget`` hands that file to
-the planner (``sglang_ssd/plan.py``) and takes its fastest SSD configuration at batch 1 whose tree
-leaves a quarter of the verify step free: K and ΣF (the geometric fan-out follows from them). It
-prints that choice and why in one line; any ``--ssd-k`` or ``--ssd-budget`` flag overrides it. Without a calibration file the measured-best constants of
-``wire/settings.py`` (K = 4, ΣF = 24 on this project's CPU) stay, and the line says so.
-"""
+A launch with ``--speculative-algorithm SSD`` and no ``--ssd-k`` uses ``--ssd-k auto``: the worker
+picks K per round from live step timings (0 is plain decoding, where speculation cannot pay) and the
+draft server drafts the K it picks (``target/auto_k.py``). `make models` measures the target's forward
+by verify width and the draft's steps and tree rounds (``bench/calibrate.py --quick``) into
+``models/calibration.json``, next to the model folders; auto-K's ΣF, unless ``--ssd-budget`` names
+one, is the planner's (``sglang_ssd/planner/choose.py``) for its fastest SSD configuration at batch 1
+whose tree leaves a quarter of the verify step free. The launcher prints the choice and why in one
+line. Without a calibration file ΣF is the constant of ``wire/settings.py`` (24), and the line says so."""
 
 from __future__ import annotations
 
@@ -21,8 +21,12 @@ CALIBRATION_NAME = "calibration.json"
 # The shipped draft's greedy per-token acceptance on held-out text is 0.43-0.50
 # (sglang_ssd/tools/weights/draft_eval*.json): the planner prices K with the middle of that range.
 PRIOR_ALPHA = 0.47
-CHOSEN = ("k", "budget")
 TREE_SHARE = 0.75  # the most of a verify step the planner may fill with the pre-speculation tree
+# auto-K matched the best fixed K at c = 1-2 and fell back to plain decoding from c = 4, where every
+# fixed K lost to AR (bench/results/defaults_grid_2026-12-05)
+DEFAULT_K = "auto"
+# what the launcher fills in when no flag names it (the README's flag table says so)
+LAUNCH_DEFAULTS = {"k": "`auto`", "budget": "the planner's pick from `models/calibration.json` for auto-K, else `24`"}
 
 
 def calibration_path(draft_model_path: str | None) -> Path | None:
@@ -38,7 +42,7 @@ def choose(calibration: dict, alpha: float = PRIOR_ALPHA) -> tuple[int, int, str
     """(K, ΣF, why): the planner's fastest SSD setting at batch 1 whose tree takes at most ``TREE_SHARE``
     of the verify step (2026-12-05, without the margin: ΣF = 25 at K = 2, a tree predicted at 31.2 of
     31.5 ms, and served hit 0.58 against 0.84 at ΣF = 24)."""
-    from sglang_ssd.plan import plan
+    from sglang_ssd.planner.choose import plan
 
     p = plan(calibration, alpha, 1.0, batch=1, k_max=7, tree_share=TREE_SHARE)
     best = p.best_ssd
@@ -51,23 +55,26 @@ def choose(calibration: dict, alpha: float = PRIOR_ALPHA) -> tuple[int, int, str
 
 
 def apply(config, given: set[str], draft_model_path: str | None):
-    """``config`` with K and ΣF from the calibration where no flag set them ⇒ (config, one log line)."""
-    flags = {f"--ssd-{name}" for name in CHOSEN}
-    # `--ssd-k auto` alone still takes ΣF from the calibration (auto-K steers the depth, not ΣF)
-    auto_only = config.k == "auto" and "--ssd-budget" not in given
-    if given & flags and not auto_only:
+    """``config`` with the settings no flag named ⇒ (config, one log line). K defaults to ``auto``
+    (K per round from live step timings, 0 = plain decoding; the draft server drafts the K chosen), and
+    ΣF for auto-K to the planner's pick from the calibration (the constant without one). ``--ssd-k N``
+    keeps its own ΣF default, as before."""
+    if "--ssd-k" in given and "--ssd-budget" in given:
         return config, f"SSD settings from flags: K = {config.k}, ΣF = {config.budget}"
     if config.draft_endpoints:  # a draft server started elsewhere drafts with the settings it was given
         return config, f"SSD settings K = {config.k}, ΣF = {config.budget} (draft servers at --ssd-draft-endpoint)"
+    if "--ssd-k" not in given:
+        config = replace(config, k=DEFAULT_K)
+    if config.k != "auto" or "--ssd-budget" in given:
+        return config.validate(), f"SSD settings K = {config.k}, ΣF = {config.budget} (flags and defaults)"
     path = calibration_path(draft_model_path)
     if path is None or not path.is_file():
-        return config, (f"SSD defaults K = {config.k}, ΣF = {config.budget} (no calibration at {path}: "
-                        "`make models` writes one; --ssd-k / --ssd-budget override)")  # fmt: skip
+        return config.validate(), (f"SSD defaults K = auto, ΣF = {config.budget} (no calibration at {path}: "
+                                   "`make models` writes one; --ssd-k / --ssd-budget override)")  # fmt: skip
     try:
         k, budget, why = choose(json.loads(path.read_text()))
     except (ValueError, KeyError, TypeError) as exc:
-        return config, f"SSD defaults K = {config.k}, ΣF = {config.budget} ({path} unusable: {exc})"
-    if auto_only:
-        k, why = "auto", f"ΣF for K = {k}, {why}; auto-K picks K per round and steers the draft server's depth"
-    return replace(config, k=k, budget=budget).validate(), (
-        f"SSD settings from {path}: K = {k}, ΣF = {budget} ({why}; --ssd-k / --ssd-budget override)")
+        return config.validate(), f"SSD defaults K = auto, ΣF = {config.budget} ({path} unusable: {exc})"
+    return replace(config, budget=budget).validate(), (
+        f"SSD settings from {path}: K = auto (chosen per round and steering the draft server's depth), "
+        f"ΣF = {budget} (the planner's pick for K = {k}, {why}; --ssd-k / --ssd-budget override)")

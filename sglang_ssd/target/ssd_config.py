@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sglang_ssd.wire.settings import ConfigError, DraftSettings, add_setting_flags, settings_from_flags
 
@@ -58,12 +58,23 @@ class SSDConfig(DraftSettings):
 
     @classmethod
     def from_env(cls) -> SSDConfig:
+        """The process's settings, parsed once per value of the variables (a copy each call)."""
+        key = (os.environ.get(ENV_JSON), os.environ.get(ENV_FILE))
+        if key not in _FROM_ENV:
+            _FROM_ENV[key] = cls._parse_env()
+        return replace(_FROM_ENV[key])
+
+    @classmethod
+    def _parse_env(cls) -> SSDConfig:
         if os.environ.get(ENV_JSON):
             return cls.from_json(os.environ[ENV_JSON]).validate()
         if os.environ.get(ENV_FILE):
             with open(os.environ[ENV_FILE]) as f:
                 return cls.from_mapping(json.load(f)).validate()
         return cls().validate()
+
+
+_FROM_ENV: dict[tuple[str | None, str | None], SSDConfig] = {}  # SGLang asks in several places per process
 
 
 def add_ssd_arguments(parser: argparse.ArgumentParser) -> None:

@@ -340,7 +340,7 @@ def cpu_engine_checks(patched_file: str) -> None:
     print("hook: ok")
 
     # the decode hook (C attention), writing the token's K/V through SGLang's KVWriteLoc
-    from sglang_ssd.cpu import attention
+    from sglang_ssd.cpu import sglang_attention as attention
 
     attention.register()
     HookRegistry.apply_hooks()
@@ -379,7 +379,7 @@ def sglang_pool(rows: RowPool):
 
 
 def fused_pool_checks(real, layer) -> None:
-    from sglang_ssd.cpu import attention
+    from sglang_ssd.cpu import sglang_attention as attention
 
     kernel_call, entry = attention.paged_attention, clib.attention_entry
     for name, n, mask, decode in (("decode", 1, None, True), ("chain", 4, None, False),

@@ -1,5 +1,5 @@
 """The n-gram drafter (L0, draft/ngram.py): context lookup, backoff table, distribution, storage, input checks;
-the build tool's acceptance measure and corpus reader (tools/ngram.py)."""
+the build tool's acceptance measure and corpus reader (tools/ngram_build.py)."""
 
 import json
 import random
@@ -10,7 +10,7 @@ import torch
 
 from sglang_ssd.draft.ngram import NgramDraft
 from sglang_ssd.draft.ngram_backup import ContextLookup, suffix_matches
-from sglang_ssd.tools.ngram import greedy_acceptance
+from sglang_ssd.tools.ngram_build import greedy_acceptance
 
 CORPUS = [
     [1, 2, 3, 4, 5, 1, 2, 3, 4, 6],
@@ -152,7 +152,7 @@ def test_greedy_acceptance_counts():
 
 
 def test_corpus_reads_training_batches_only(tmp_path):
-    from sglang_ssd.tools.ngram import corpus_from_draft_data
+    from sglang_ssd.tools.ngram_build import corpus_from_draft_data
 
     rec = {"prompt": torch.tensor([1, 2]), "answer": torch.tensor([3, 4, 2])}
     torch.save([rec, rec], tmp_path / "g4_s0_seed0_batch_0000.pt")

@@ -1,5 +1,6 @@
-"""A launch that names no SSD setting gets K and ΣF from the planner over this machine's calibration,
-the draft server it starts is told that K, and it drafts that depth (target/defaults.py)."""
+"""A launch that names no SSD setting gets auto-K with ΣF from the planner over this machine's
+calibration; the draft server it starts drafts the launch's K, and a round's depth steers it
+(target/defaults.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from sglang_ssd.launch_server import build_sglang_argv
 from sglang_ssd.target import defaults
 from sglang_ssd.target.draft_fleet import draft_server_command
 from sglang_ssd.wire import DraftClient, DraftParams, Outcome
-from sglang_ssd.wire.settings import DraftSettings
+from sglang_ssd.wire.settings import AUTO_K_MAX, DraftSettings
 from sglang_ssd.wire.transport import InProcClientTransport
 
 CALIBRATION = Path(__file__).resolve().parents[2] / "bench" / "results" / "calibration.json"
@@ -43,53 +44,54 @@ def launch(draft: Path, *flags: str):
     return config
 
 
-def test_no_flag_takes_the_planners_choice(calibrated, capsys):
-    k, budget, _ = defaults.choose(json.loads(CALIBRATION.read_text()))
+def test_no_flag_launches_auto_k_with_the_planners_budget(calibrated, capsys):
+    _, budget, _ = defaults.choose(json.loads(CALIBRATION.read_text()))
     config = launch(calibrated)
-    assert (config.k, config.budget) == (k, budget)
-    assert f"K = {k}, ΣF = {budget}" in capsys.readouterr().err  # the one log line says what it picked
+    assert (config.k, config.budget) == ("auto", budget)
+    assert "K = auto (chosen per round" in capsys.readouterr().err  # the one log line says what it picked
+    again = launch(calibrated, "--ssd-k", "auto")  # the same launch, spelled out
+    assert (again.k, again.budget) == ("auto", budget)
 
 
 def test_a_flag_overrides_the_calibration(calibrated):
-    assert launch(calibrated, "--ssd-k", "5").k == 5
+    config = launch(calibrated, "--ssd-k", "5")
+    assert (config.k, config.budget) == (5, DraftSettings().budget)  # a fixed K keeps its own ΣF default
     config = launch(calibrated, "--ssd-budget", "9")
-    assert (config.k, config.budget) == (DraftSettings().k, 9)
+    assert (config.k, config.budget) == ("auto", 9)
+    config = launch(calibrated, "--ssd-k", "3", "--ssd-budget", "9")
+    assert (config.k, config.budget) == (3, 9)
 
 
-def test_auto_k_alone_takes_the_calibrated_budget(calibrated, capsys):
-    """`--ssd-k auto` chooses K per round (and steers the draft server's depth); ΣF still comes from
-    the calibration unless --ssd-budget names one."""
-    _, budget, _ = defaults.choose(json.loads(CALIBRATION.read_text()))
-    config = launch(calibrated, "--ssd-k", "auto")
-    assert (config.k, config.budget) == ("auto", budget)
-    assert "auto-K picks K per round" in capsys.readouterr().err
-    assert launch(calibrated, "--ssd-k", "auto", "--ssd-budget", "9").budget == 9
-
-
-def test_without_a_calibration_the_constants_stay(tmp_path, tiny_llama, monkeypatch):
+def test_without_a_calibration_the_constants_stay(tmp_path, tiny_llama, monkeypatch, capsys):
     monkeypatch.setenv(defaults.CALIBRATION_ENV, str(tmp_path / "missing.json"))
     config = launch(tiny_llama)
-    assert (config.k, config.budget) == (DraftSettings().k, DraftSettings().budget)
+    assert (config.k, config.budget) == ("auto", DraftSettings().budget)
+    assert "no calibration at" in capsys.readouterr().err
 
 
-def test_the_chosen_k_reaches_the_draft_server_and_it_drafts_that_depth(calibrated):
-    config = launch(calibrated)
+@pytest.mark.parametrize("flags", [(), ("--ssd-k", "3")])  # (a neural backup: a full first draft)
+def test_the_launch_k_reaches_the_draft_server_and_it_drafts_that_depth(calibrated, flags):
+    """The draft server the launcher starts drafts the launch's K: a fixed K as given, and under the
+    default auto-K its ceiling until the worker's first round steers it (tests/wire/test_sockets.py)."""
+    config = launch(calibrated, *flags, "--ssd-backup", "neural")
+    depth = AUTO_K_MAX if config.k == "auto" else config.k
     command = draft_server_command(config, "ipc:///tmp/unused.sock")
     server = build_server(parse_args(command[3:]))  # [python, -m, module, flags...]
-    assert server.engine.k == config.k
+    assert server.engine.k == depth and server.engine.budget == config.budget
     client = DraftClient("inproc://x", transport=InProcClientTransport(server, drain=True))
     spec = client.open("a", [1, 2, 3, 4, 5], 6, DraftParams(temperature=0.0))
     tree = server.engine.requests["a"].tree  # the pre-speculation for the next round, drafted (drain)
-    assert tree.steps_done == config.k
-    accepted = len(spec.tokens)  # every proposed token accepted, then a bonus the tree cached
-    bonus = int(tree.fork_tok[(tree.fork_k == accepted).nonzero()[0, 0]])
-    hit = client.round([Outcome("a", accepted, bonus)])[0]
-    assert hit.hit and hit.tokens.shape == (config.k,)
+    assert tree.steps_done == depth
+    accepted, bonus = int(tree.fork_k[0]), int(tree.fork_tok[0])  # an outcome the tree cached
+    assert len(spec.tokens) == depth
+    hit = client.round([Outcome("a", accepted, bonus)], depth=2)[0]
+    assert hit.hit and hit.tokens.shape == (depth,)
+    assert server.engine.k == 2  # the round's depth holds from the next tree on
     client.close("a")
 
 
 def test_the_tree_margin_keeps_the_tree_inside_the_verify_step():
-    from sglang_ssd.plan import plan
+    from sglang_ssd.planner.choose import plan
 
     cal = json.loads(CALIBRATION.read_text())
     free = plan(cal, defaults.PRIOR_ALPHA, 1.0, k_max=7).best_ssd

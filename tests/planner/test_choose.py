@@ -1,4 +1,4 @@
-"""Planner (sglang_ssd/plan.py, sglang_ssd/planner/): hand-computed predictions on toy calibrations,
+"""Planner (sglang_ssd/planner/choose.py, sglang_ssd/planner/): hand-computed predictions on toy calibrations,
 choose_k, monotonicity in α, sweep comparison and bad input. No timing."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import pytest
 
 from sglang_ssd.algo.policy import expected_tokens
-from sglang_ssd.plan import Plan, main, plan
+from sglang_ssd.planner.choose import Plan, main, plan
 from sglang_ssd.planner.costs import CostModel, Curve
 from sglang_ssd.planner.predict import choose_k, predict_sd, predict_ssd
 from sglang_ssd.planner.sweep import (

@@ -1,11 +1,11 @@
-"""The C rotary embedding (`cpu/rope.py`) against SGLang's own `RotaryEmbedding.forward_native`."""
+"""The C rotary embedding (`cpu/sglang_rope.py`) against SGLang's own `RotaryEmbedding.forward_native`."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from sglang_ssd.cpu import clib, rope
+from sglang_ssd.cpu import clib, sglang_rope as rope
 
 pytestmark = pytest.mark.skipif(clib.rope_kernel() is None, reason="the C kernels are not built here")
 

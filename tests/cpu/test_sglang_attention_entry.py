@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_ssd.cpu import attention, clib
+from sglang_ssd.cpu import clib, sglang_attention as attention
 from tests.cpu.test_verify_attention import (
     HEAD_DIM,
     KV_HEADS,

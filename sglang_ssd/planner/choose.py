@@ -1,6 +1,6 @@
 """Planner: predicted tokens/s of AR, SD and SSD from measured forward costs, and the settings to use.
 
-    python -m sglang_ssd.plan --calibration bench/results/calibration.json [--sweep bench/results/sweep.jsonl[,RUN2...]]
+    python -m sglang_ssd.planner --calibration bench/results/calibration.json [--sweep bench/results/sweep.jsonl[,RUN2...]]
                               [--serving-overhead] [--alpha A] [--r R] [--batch B] [--temperature T]
 
 Model (times in ms, rates in output tokens/s over the b requests of a batch; paper Theorem 7 /
@@ -29,10 +29,10 @@ import math
 import sys
 from dataclasses import asdict, dataclass, field
 
-from .algo.policy import BackupOption, crossover_batch, expected_tokens
-from .planner.costs import CostModel
-from .planner.depth import compare_depths, format_depths
-from .planner.predict import (
+from ..algo.policy import BackupOption, crossover_batch, expected_tokens
+from .costs import CostModel
+from .depth import compare_depths, format_depths
+from .predict import (
     Prediction,
     choose_k,
     predict_ar,
@@ -40,8 +40,8 @@ from .planner.predict import (
     predict_ssd,
     predict_ssd_best_budget,
 )
-from .planner.rates import check_unit
-from .planner.sweep import checkable, compare_sweep, estimate_alpha_r, load_sweep, mean_of_runs, saguaro_table
+from .rates import check_unit
+from .sweep import checkable, compare_sweep, estimate_alpha_r, load_sweep, mean_of_runs, saguaro_table
 
 # The one-configuration predictions live in planner/predict.py; they stay importable from here.
 __all__ = ["Plan", "Prediction", "choose_k", "format_plan", "main", "plan", "predict_sd", "predict_ssd"]
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m sglang_ssd.plan", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m sglang_ssd.planner", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     ap.add_argument("--calibration", required=True, help="JSON of bench/calibrate.py")
     ap.add_argument("--sweep", default=None,

@@ -1,4 +1,4 @@
-"""The C attention (`sglang_ssd/cpu/attention.py`, `csrc/attention.c`): equal to SDPA references within
+"""The C attention (`sglang_ssd/cpu/sglang_attention.py`, `csrc/attention.c`): equal to SDPA references within
 fp32 tolerance on chains, trees and grouped-query heads, on both C routes; and batch-invariant bit for
 bit: every draft's row of a verify call equals the row a 1-token decode call gives for that token, which
 is what makes greedy SSD/SD equal AR by construction."""
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from sglang_ssd.cpu import attention, clib
+from sglang_ssd.cpu import clib, sglang_attention as attention
 from sglang_ssd.cpu import linear as cpu_linear
 from sglang_ssd.cpu import verify_attention as va
 from tests.cpu.test_verify_attention import (

@@ -3,7 +3,7 @@
 Corpus: the target's answers cached under ``models/draft_data`` by ``sglang_ssd.tools.draft_data`` when
 present, else the chat-templated prompt set:
 
-    python -m sglang_ssd.tools.ngram --target models/target --out models/ngram.json --eval 20
+    python -m sglang_ssd.tools.ngram_build --target models/target --out models/ngram.json --eval 20
 """
 
 from __future__ import annotations
