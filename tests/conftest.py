@@ -10,6 +10,12 @@ from __future__ import annotations
 
 import pytest
 
+# setuptools swaps the standard library's distutils for its own the first time it is imported, and
+# asserts the swap took. Imported first inside a run (by torch's inductor, compiling SGLang's penalty
+# code in tests/algo after the whole tree was collected), it found the standard distutils already in
+# place and failed three law cases; importing it here, before any test module, keeps the swap clean.
+import setuptools  # noqa: F401,E402
+
 # The heavy servers of tests/e2e, in the order their groups run. A test belongs to the group of the
 # first of these it uses; tests using none of them (AR only) run before the groups.
 SERVER_GROUPS = ("ngram_server", "sd_server", "ssd_server", "ssd3_server", "ssd_auto_server", "self_server",
