@@ -87,9 +87,7 @@ class DraftEngine:
         k = max(1, min(int(k), self.cfg.draft_k))
         if k == self.k:
             return
-        for r in self.table.by_id.values():
-            if r.stage in (Stage.TREE, Stage.READY):
-                r.stage, r.tree = Stage.IDLE, None
+        self.table.cancel_prespeculation((Stage.TREE, Stage.READY))  # glue not yet forked: kept
         self._use_depth(k)
         self.stats.count("depth_changes")
 

@@ -169,11 +169,12 @@ class RequestTable:
         """Requests whose context KV is still being written (oldest first)."""
         return [r for r in self.by_id.values() if r.stage is Stage.PREFILL]
 
-    def cancel_prespeculation(self) -> None:
-        """Forget every tree in progress (their next outcome is a miss; committed KV is untouched)."""
+    def cancel_prespeculation(self, stages: tuple[Stage, ...] = (Stage.GLUE, Stage.TREE, Stage.READY,
+                                                                  Stage.PREFILL)) -> None:  # fmt: skip
+        """Forget every tree in ``stages`` (their next outcome is a miss; committed KV is untouched). By
+        default a prefill in progress stops too (a failing step must not repeat): its rounds are misses."""
         for r in self.by_id.values():
-            # a prefill in progress stops too (a failing step must not repeat): its rounds are misses
-            if r.stage in (Stage.GLUE, Stage.TREE, Stage.READY, Stage.PREFILL):
+            if r.stage in stages:
                 r.stage, r.tree = Stage.IDLE, None
 
     # ---- release --------------------------------------------------------------------------------------
