@@ -42,6 +42,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-requests", type=int, default=1024)
     p.add_argument("--idle-timeout", type=float, default=600.0, help="seconds before an idle request is freed")
     p.add_argument("--max-step-tokens", type=int, default=4096, help="cap on tokens per tree forward")
+    p.add_argument("--no-step-deadline", action="store_true",
+                   help="start every tree step at once, even one that would still run when the next round is due")
     p.add_argument("--max-open-tokens", type=int, default=4096,
                    help="prompt tokens one open message may make the server prefill (the rest are refused, per request)")
     p.add_argument("--inline-prefill-tokens", type=int, default=64,
@@ -77,6 +79,7 @@ def build_server(args: argparse.Namespace) -> DraftServer:
         max_requests=args.max_requests,
         idle_timeout_s=args.idle_timeout,
         max_step_tokens=args.max_step_tokens,
+        step_deadline=not args.no_step_deadline,
         max_open_tokens=args.max_open_tokens,
         inline_prefill_tokens=args.inline_prefill_tokens,
         prefill_chunk=args.prefill_chunk,

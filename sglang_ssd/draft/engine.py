@@ -25,6 +25,7 @@ import time
 from ..wire.messages import DraftParams, Open, OutcomeMsg
 from ..wire.speculation import Speculation
 from .backup import Draft, ensure_capacity, fast_draft
+from .deadline import RoundDeadline
 from .drafter import make_drafter
 from .engine_config import EngineConfig
 from .kv_pool import PoolExhausted
@@ -60,6 +61,7 @@ class DraftEngine:
         self.store = SpecStore(model, cfg.draft_k, self.budget, cfg.q_support, cfg.max_requests,
                                int(cfg.cache_mem_mb * (1 << 20)))  # fmt: skip
         self.table = RequestTable(model, cfg, self.budget, self.store, self.stats, self.tau1)
+        self.deadline = RoundDeadline()
         self._use_depth(cfg.draft_k)
         self._last_reply: float | None = None
         self._t_backup: float | None = None
@@ -77,7 +79,7 @@ class DraftEngine:
         self.k, self.planner = k, self.planner_for(k)
         self.drafter = make_drafter(self.model, k, self.cfg.saguaro_c, self.l0, self.stats)
         self.prespec = Prespeculator(self.model, self.cfg, k, self.budget, self.table, self.drafter,
-                                     self.planner_for, self.store, self.stats)  # fmt: skip
+                                     self.planner_for, self.store, self.stats, self.deadline)  # fmt: skip
 
     def set_depth(self, k: int) -> None:
         """Draft ``k`` tokens a round from the next tree on (the target's auto-K steers it, 1 ≤ k ≤ the
@@ -197,6 +199,8 @@ class DraftEngine:
         valid = self._serve_prefilling(valid, results)
         kind = self.backup.choose(len(valid))
         t_arrive = time.monotonic()
+        if self._last_reply is not None and valid:
+            self.deadline.observe_gap(t_arrive - self._last_reply)
         # Lookups first: hits are answered from the cache before any backup work starts.
         with Timer(self.stats, "lookup"):
             hits, partial, missed = self._lookup(valid)
@@ -381,6 +385,14 @@ class DraftEngine:
 
     def has_work(self) -> bool:
         return self.prespec.has_work()
+
+    def hold_s(self) -> float:
+        """Seconds to wait for the next round before the next work step, which would still be running
+        when the round is due (``draft/deadline.py``); 0: step now."""
+        if not self.cfg.step_deadline:
+            return 0.0
+        rows = self.prespec.holdable_rows()
+        return 0.0 if rows is None else self.deadline.hold_s(time.monotonic(), self._last_reply, rows)
 
     def work_step(self) -> None:
         """One batched forward of pre-speculation and background prefill (``Prespeculator.step``)."""

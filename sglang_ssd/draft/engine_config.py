@@ -27,4 +27,6 @@ class EngineConfig(DraftSettings):
     # prefilled in the background, at most ``prefill_chunk`` tokens per work step, between messages.
     inline_prefill_tokens: int = 64
     max_step_tokens: int = 4096
+    # Wait for a round that is due before the next tree step would finish (draft/deadline.py).
+    step_deadline: bool = True
     cache_mem_mb: float = 256.0

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import torch
 
 from .backup import ensure_capacity
+from .deadline import RoundDeadline
 from .drafter import PlainDrafter
 from .engine_config import EngineConfig
 from .kv_pool import PoolExhausted
@@ -33,14 +34,25 @@ class Prespeculator:
 
     def __init__(self, model: DraftModel, cfg: EngineConfig, k: int, budget: int, table: RequestTable,
                  drafter: PlainDrafter, planner_for: Callable[[int], FanoutPlanner], store: SpecStore,
-                 stats: EngineStats) -> None:  # fmt: skip
+                 stats: EngineStats, deadline: RoundDeadline) -> None:  # fmt: skip
         self.model, self.cfg, self.k, self.budget = model, cfg, k, budget
         self.table, self.drafter, self.store, self.stats = table, drafter, store, stats
+        self.deadline = deadline  # learns each branch step's duration here
         self.planner_for = planner_for  # the planner over a K'-token speculation's outcomes
         self._rr = 0  # round-robin start for capped work steps
 
     def has_work(self) -> bool:
         return bool(self.table.prespeculating() or self.table.prefilling())
+
+    def holdable_rows(self) -> int | None:
+        """The branch rows of the next step when it only grows trees that have a step done already (a
+        round arriving instead finds them partial hits); None when it carries glue or prefill."""
+        active = self.table.prespeculating()
+        if not active or self.table.prefilling():
+            return None
+        if any(r.stage is not Stage.TREE or r.tree.steps_done == 0 for r in active):
+            return None
+        return sum(r.tree.num_branches for r in active)
 
     def step(self) -> None:
         """One batched forward: pending pre-speculation (glue chains and branch steps of all requests)
@@ -49,6 +61,9 @@ class Prespeculator:
         filling, fill_spans = self._prefill_batch()
         if not batch and not filling:
             return
+        branch_rows = None if filling or any(r.stage is Stage.GLUE for r in batch) else \
+            sum(r.tree.num_branches for r in batch)
+        t0 = time.perf_counter()
         with Timer(self.stats, "tree_step"):
             logits = self.model.forward(spans + fill_spans)
             for r, lg in zip(batch, logits):
@@ -60,6 +75,8 @@ class Prespeculator:
                 r.kv_len += s.n
                 if r.kv_len == len(r.tokens) - 1:  # context ready: pre-speculate for the pending draft
                     r.stage = Stage.GLUE
+        if branch_rows:
+            self.deadline.observe_step(branch_rows, time.perf_counter() - t0)
         self.stats.count("step_tokens", sum(s.n for s in spans + fill_spans))
         self.stats.count("prefill_step_tokens", sum(s.n for s in fill_spans))
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import math
 import os
 import time
 import traceback
@@ -176,11 +177,21 @@ class DraftServer:
             self.engine.stats.count("error_tree_step")
             self.engine.cancel_prespeculation()
 
+    def _wait_ms(self, poll_ms: int) -> int:
+        """How long to wait for a message: ``poll_ms`` when idle, 0 when a tree step is ready to run, the
+        time until the next round is due when that step would still be running then."""
+        if not self.has_work():
+            return poll_ms
+        hold = self.engine.hold_s()
+        if hold > 0.0:
+            self.engine.stats.count("step_holds")
+        return math.ceil(hold * 1000)
+
     def serve(self, transport, should_stop: Callable[[], bool], poll_ms: int = 50) -> None:
         """Answer messages and pre-speculate until ``should_stop()``."""
         self.transport = transport
         while not should_stop():
-            msg = transport.recv(0 if self.has_work() else poll_ms)
+            msg = transport.recv(self._wait_ms(poll_ms))
             replied = False
             while msg is not None:
                 peer, frames = msg
@@ -190,7 +201,7 @@ class DraftServer:
             if replied and self.has_work():
                 # Let libzmq's I/O thread put the reply on the wire before a tree step takes the core.
                 os.sched_yield()
-            if self.has_work():
+            if self.has_work() and self.engine.hold_s() == 0.0:
                 self.work_step()
             now = time.monotonic()
             if now - self._last_idle_check > self.idle_check_s:

@@ -10,6 +10,7 @@ output inexact: a speculation is only a proposal, verified against the target.
 from __future__ import annotations
 
 import logging
+import os
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -162,6 +163,8 @@ class DraftLink:
                 self._tickets[i] = self.clients[i].post_round(group, depth)
             except DraftUnavailable as e:
                 self._fault(i, e)
+        if self._tickets:
+            os.sched_yield()
 
     def collect(self) -> dict[str, Speculation]:
         """The speculations answering the posted round (empty when nothing is in flight)."""
