@@ -29,7 +29,9 @@ parks its requests on the draft server, and trying a draft costs re-opening them
 then 1–2 tokens, every `EXPLORE_PARKED` rounds, doubling after each one that leaves plain decoding
 the winner (up to `EXPLORE_PARKED_MAX`); a draft winning again resets the interval. Switching
 between plain decoding and drafting needs a predicted gain of `SWITCH_MARGIN`, since parking and
-re-opening cost more than the step rates show; within drafting the best K is taken as is.
+re-opening cost more than the step rates show; within drafting the best K is taken as is. A bucket
+parks only after `PARK_AFTER` drafted rounds: on fewer, a few bad first drafts could park it for
+hundreds of rounds.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ EMA = 0.2  # weight of a new sample in a running mean
 FIT_WEIGHT_CAP = 10  # a width's weight in the line: its count, up to this
 OWN_AFTER = 3
 SWITCH_MARGIN = 0.05  # predicted gain needed to switch between plain decoding and drafting
+# Drafted rounds a bucket must have measured before it may park: the first drafts' α and step times
+# are few and noisy (a re-open, a cold tree), and a parked bucket re-learns only from rare explorations.
+PARK_AFTER = 24
 MAX_GAP_S = 1.0  # a longer pause between steps is idleness, not scheduler work
 
 
@@ -63,6 +68,7 @@ class AutoK:
         self.until_explore: dict[int, int] = {}  # bucket -> rounds left before its next exploration
         self.parked_every: dict[int, int] = {}  # bucket -> its current parked exploration interval
         self.chosen = [0] * (k_max + 1)
+        self.drafted_rounds: dict[int, int] = {}  # bucket -> rounds measured at a drafted width
         self.asked: int | None = None  # the depth last asked of the draft server
         self.rng = random.Random(seed)
 
@@ -131,6 +137,8 @@ class AutoK:
                 k = 0
             elif self.best.get(b, 0) > 0 and k == 0 and rates[0] < (1 + SWITCH_MARGIN) * rates[drafting]:
                 k = drafting
+            elif k == 0 and self.best.get(b) != 0 and self.drafted_rounds.get(b, 0) < PARK_AFTER:
+                k = drafting  # too little evidence to park on yet
             self.best[b] = k
             if k:
                 self.parked_every.pop(b, None)
@@ -153,6 +161,8 @@ class AutoK:
         previous step ended (None for the first); the accepted and drafted counts per request."""
         b = self.bucket(batch)
         self.seen.setdefault(b, set()).add(width)
+        if width > 1:
+            self.drafted_rounds[b] = self.drafted_rounds.get(b, 0) + 1
         plain = self.plain.get(b)
         m = None
         if width == 1:

@@ -221,3 +221,32 @@ def test_a_parked_bucket_asks_for_the_explorations_depth_only():
     simulate(auto, CPU_STEP_MS, 0.15, lambda i: 1, rounds=200)
     assert auto.best[1] == 0 and auto.depth(1) == 2
     assert AutoK(6).depth(3) == 6  # a bucket with no choice yet: the ceiling
+
+
+def _unlucky_start(auto: AutoK, rounds: int) -> list[int]:
+    """Batch 1 on a curve where drafting pays (α = 0.6), but the first drafted rounds accept nothing
+    (a cold draft, a re-open): ⇒ the K chosen each round."""
+    rng, picks, drafted = random.Random(3), [], 0
+    for _ in range(rounds):
+        k = auto.choose(1)
+        picks.append(k)
+        unlucky = k and drafted < 6
+        drafted += bool(k)
+        a = 0
+        while a < k and not unlucky and rng.random() < 0.6:
+            a += 1
+        auto.observe(1, k + 1, 30.0 + 1.5 * k + (12.0 if unlucky else 0.0), 2.0, [a], [k])
+    return picks
+
+
+def test_a_few_bad_first_drafts_do_not_park_the_bucket(monkeypatch):
+    """Parking on the first handful of drafted rounds left a whole c = 1 run on plain decoding
+    (`ssd_auto_k_chosen` [990, 6, 14, 0, ...] on the real server): a bucket parks only after
+    PARK_AFTER drafted rounds."""
+    from sglang_ssd.target import auto_k as mod
+
+    picks = _unlucky_start(AutoK(4), 400)
+    assert sum(k > 0 for k in picks[-300:]) > 0.9 * 300, picks[:60]
+    monkeypatch.setattr(mod, "PARK_AFTER", 0)  # without the rule the same start parks for good
+    picks = _unlucky_start(AutoK(4), 400)
+    assert sum(k == 0 for k in picks[-300:]) > 0.9 * 300, picks[:60]
