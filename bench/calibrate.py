@@ -397,6 +397,8 @@ def calibrate_l0(path: Path, context: int, m: int, repeats: int) -> dict:
 
 
 CURVE_PREFIX = "    verify curve: T_v(n)/T_v(1) for n = 1..8 = "
+DRAFT_PREFIX = "draft: "
+WEIGHTS = ROOT / "sglang_ssd" / "tools" / "weights"  # the shipped draft and its evaluations
 
 
 def curve_line(target: dict) -> str:
@@ -409,6 +411,24 @@ def curve_line(target: dict) -> str:
         line += ("; torch route " + " ".join(f"{t / old[0]:.2f}" for t in old[:8])
                  + f"; T_v(1) {row[0]:.1f} ms vs {old[0]:.1f} ms on the torch route")  # fmt: skip
     return line
+
+
+def draft_line(result: dict, draft: Path, weights: Path = WEIGHTS) -> str | None:
+    """The `draft:` fixed-form line: the shipped draft's greedy α (its own held-out evaluations, written
+    by ``python -m sglang_ssd.tools.draft_eval``), its one-token forward over the target's plain
+    forward as this run measured both, and its head's size. None without a draft measurement."""
+    d = result.get("draft")
+    if not d or not d.get("decode_ms"):
+        return None
+    alpha = {name: json.loads((weights / f"draft_eval_{name}.json").read_text())["greedy"]["alpha_per_token"]
+             for name in ("sharegpt_held_out", "prompt_set")}  # fmt: skip
+    config = Path(draft) / "config.json"
+    head = json.loads(config.read_text()).get("draft_vocab_size") if config.is_file() else None
+    step, target = d["decode_ms"]["1"], result["target"]["verify_ms"][0]
+    return (f"{DRAFT_PREFIX}greedy α = {alpha['sharegpt_held_out']:.3f} (ShareGPT held-out), "
+            f"{alpha['prompt_set']:.3f} (prompt set); step = {step / target:.2f} of a target step; "
+            f"head = {head or d['vocab_size']} tokens (one-token forwards, batch 1, bench/calibrate.py: "
+            f"draft {step:.2f} ms, target {target:.2f} ms)")
 
 
 def update_readme_curve(line: str) -> None:
@@ -443,7 +463,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "calibration.json"))
     ap.add_argument("--l0", default=str(ROOT / "models" / "ngram.json"), help="n-gram L0 to time (if present)")
     ap.add_argument("--l0-only", action="store_true", help="time L0 only and add it to an existing --out JSON")
-    ap.add_argument("--no-readme", action="store_true", help="do not update bench/README.md's verify curve line")
+    ap.add_argument("--no-readme", action="store_true", help="do not update bench/README.md's fixed-form lines")
+    ap.add_argument("--lines-only", action="store_true",
+                    help="write the verify curve and draft lines from an existing --out JSON; measure nothing")
     ap.add_argument("--compare-torch", action="store_true",
                     help="also time the target through plain F.linear (today's route), interleaved")  # fmt: skip
     args = ap.parse_args(argv)
@@ -455,6 +477,9 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(0)
     keep_freed_memory()  # the servers' malloc policy (sglang_ssd/cpu/allocator.py)
     repeats = 7 if args.quick else args.repeats
+    if args.lines_only:  # the README lines of an earlier run, nothing measured
+        write_lines(json.loads(Path(args.out).read_text()), Path(args.draft), readme=not args.no_readme)
+        return
     if args.l0_only:
         out = Path(args.out)
         result = json.loads(out.read_text())
@@ -502,10 +527,22 @@ def main(argv: list[str] | None = None) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     log(f"wrote {out} in {result['elapsed_s']} s (load average at the end {info['loadavg_end'][0]:.2f})")
+    write_lines(result, Path(args.draft), readme=not args.no_readme)
+
+
+def write_lines(result: dict, draft: Path, readme: bool) -> None:
+    """Log the fixed-form lines of a calibration and, unless told not to, write them into bench/README.md."""
     line = curve_line(result["target"])
     log(line.strip())
-    if not args.no_readme:
+    if readme:
         update_readme_curve(line)
+    dline = draft_line(result, draft)
+    if dline:
+        log(dline)
+        if readme:
+            from bench.readme_blocks import write_line
+
+            write_line(DRAFT_PREFIX, dline)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@
 
 For each server (AR; SSD with the launch defaults, its draft server on core 1; every SGLang process of
 both on core 0, as `make bench` places them) and each concurrency, `python -m sglang.bench_serving`
-runs the project's prompt set while py-spy samples the scheduler process (200 Hz, idle samples kept,
-non-blocking). Each sample is put in one phase by the frames on its stack: the model forward (SGLang's
+runs the project's prompt set twice: once as it is, for the figures of the line below, and once while
+py-spy samples the scheduler process (200 Hz, idle samples kept, non-blocking), for the phase table.
+Each sample is put in one phase by the frames on its stack: the model forward (SGLang's
 `forward_batch_generation`, which holds SSD's verify forward too), SSD's own round work outside it
 (proposals, verification, the draft link), sampling, processing the batch result (output ids, stop
 checks, sending to the detokenizer), receiving requests, scheduling, idle (waiting for work) and the
@@ -151,11 +152,16 @@ def main(argv: list[str] | None = None) -> int:
         with SGLangServer(["--model-path", args.target, *CPU_SERVER_ARGS, *extra], cpu_cores={0},
                           log_path=f"/tmp/step_overhead_{name}.log") as server:  # fmt: skip
             for c in concurrency:
+                n = max(args.num_prompts, 4 * c)
+                # The figures of the line come from a run without the profiler (py-spy slows the Python
+                # parts of a step: the SSD round read 1.24x its verify under it, 1.12-1.18x without);
+                # the phase table from a second run with it.
                 warm_up(server, 0.0)
                 before = ssd_state(server)
-                bench, phases = profiled_bench(server, dataset, args.target, c, max(args.num_prompts, 4 * c),
-                                               args.output_len)  # fmt: skip
+                bench = run_bench(server, dataset, args.target, c, 0.0, n, args.output_len)
                 rec = summarize(name, bench, before, ssd_state(server), {"concurrency": c, "temperature": 0.0})
+                profiled, phases = profiled_bench(server, dataset, args.target, c, n, args.output_len)
+                rec["profiled_tpot_ms"] = profiled.get("median_tpot_ms")
                 rec["phase_percent"] = split(phases)
                 rec["phase_samples"] = dict(phases)
                 rec["samples"] = sum(phases.values())
@@ -185,14 +191,16 @@ def report(records: list[dict], f: float, f_before: float, f_after: float) -> li
         wall = ssd["median_tpot_ms"] * ssd["accept_length"]
         head += f"; SSD round {wall:.1f} ms over its verify {ssd['verify_ms']:.1f} ms = {wall / ssd['verify_ms']:.2f}"
     lines = [head, f"plain forward (bench/calibrate.py T_v(1), bare): {f_before:.1f} ms before, {f_after:.1f} ms after",
-             "", "Scheduler time by phase, % of py-spy's samples of its main thread over the whole run (200 Hz; "
-             "samples py-spy could not read are missing, and they fall mostly inside C calls, so the forward's "
-             "share is a lower bound):", "",
+             "", "Scheduler time by phase, % of py-spy's samples of its main thread over a second run of each "
+             "point with the profiler attached (200 Hz; samples py-spy could not read are missing, and they fall "
+             "mostly inside C calls, so the forward's share is a lower bound). TPOT: without / with the profiler.",
+             "",
              "| server | c | TPOT ms | " + " | ".join(f"{p} %" for p in [*PHASES, "other"]) + " | samples |",
              "|---|---|---|" + "---|" * (len(PHASES) + 2)]  # fmt: skip
     for r in records:
         cells = " | ".join(f"{r['phase_percent'][p]:.1f}" for p in [*PHASES, "other"])
-        lines.append(f"| {r['config']} | {r['concurrency']} | {r['median_tpot_ms']:.1f} | {cells} | {r['samples']} |")
+        tpot = f"{r['median_tpot_ms']:.1f} / {r.get('profiled_tpot_ms') or float('nan'):.1f}"
+        lines.append(f"| {r['config']} | {r['concurrency']} | {tpot} | {cells} | {r['samples']} |")
     return lines
 
 
