@@ -250,3 +250,17 @@ def test_a_few_bad_first_drafts_do_not_park_the_bucket(monkeypatch):
     monkeypatch.setattr(mod, "PARK_AFTER", 0)  # without the rule the same start parks for good
     picks = _unlucky_start(AutoK(4), 400)
     assert sum(k == 0 for k in picks[-300:]) > 0.9 * 300, picks[:60]
+
+
+def test_a_clear_loss_parks_without_waiting_for_the_evidence_rule():
+    """Large batches on a CPU: a drafted step costs twice a plain one and α is low. The bucket parks
+    on its first model decision, not after PARK_AFTER drafted rounds."""
+    from sglang_ssd.target import auto_k as mod
+
+    auto, picks = AutoK(4), []
+    for _ in range(60):
+        k = auto.choose(8)
+        picks.append(k)
+        auto.observe(8, k + 1, 55.0 * (1 + (k > 0) + 0.1 * k), 2.0, [0] * 8, [k] * 8)
+    assert sum(k > 0 for k in picks) < mod.PARK_AFTER // 2, picks
+    assert auto.best[auto.bucket(8)] == 0
