@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -376,8 +377,9 @@ def by_point(records: list[dict]) -> dict[tuple, dict[str, dict]]:
 
 
 def fixed_k_configs(at: dict) -> list[dict]:
-    """The fixed-K SSD records of one point (``ssd`` and ``ssd_kN``)."""
-    return [r for n, r in at.items() if n == "ssd" or (n.startswith("ssd_k") and n != "ssd_kauto")]
+    """The fixed-K SSD records of one point (``ssd`` and ``ssd_kN``, this checkout's own: an A/B's
+    ``NAME^b`` or ``NAME~old`` is another configuration, not a candidate for the best fixed K)."""
+    return [r for n, r in at.items() if n == "ssd" or re.fullmatch(r"ssd_k\d+", n)]
 
 
 def defaults_lines(records: list[dict], default: str = "ssd_default") -> list[str]:

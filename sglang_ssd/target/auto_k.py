@@ -30,8 +30,8 @@ then 1–2 tokens, every `EXPLORE_PARKED` rounds, doubling after each one that l
 the winner (up to `EXPLORE_PARKED_MAX`); a draft winning again resets the interval. Switching
 between plain decoding and drafting needs a predicted gain of `SWITCH_MARGIN`, since parking and
 re-opening cost more than the step rates show; within drafting the best K is taken as is. A bucket
-parks only after `PARK_AFTER` drafted rounds, unless plain decoding is predicted `CLEAR_LOSS` times
-faster: on fewer, a few bad first drafts could park it for hundreds of rounds.
+parks only after `PARK_AFTER` drafted request-rounds, unless plain decoding is predicted `CLEAR_LOSS`
+times faster: on fewer, a few bad first drafts could park it for hundreds of rounds.
 """
 
 from __future__ import annotations
@@ -47,10 +47,11 @@ EMA = 0.2  # weight of a new sample in a running mean
 FIT_WEIGHT_CAP = 10  # a width's weight in the line: its count, up to this
 OWN_AFTER = 3
 SWITCH_MARGIN = 0.05  # predicted gain needed to switch between plain decoding and drafting
-# Drafted rounds a bucket must have measured before it may park on a near thing: the first drafts'
-# α and step times are few and noisy (a re-open, a cold tree), and a parked bucket re-learns only from
-# rare explorations. Where plain decoding is predicted CLEAR_LOSS times faster than any draft (large
-# batches on a CPU), it parks at once.
+# Drafted request-rounds (α samples) a bucket must have measured before it may park on a near thing:
+# the first drafts' α and step times are few and noisy (a re-open, a cold tree), and a parked bucket
+# re-learns only from rare explorations. At batch 8 that is 3 rounds, at batch 1 24: a batch of 8
+# pays a re-open of 8 requests each time it drafts again. Where plain decoding is predicted
+# CLEAR_LOSS times faster than any draft, a bucket parks at once.
 PARK_AFTER = 24
 CLEAR_LOSS = 1.5
 MAX_GAP_S = 1.0  # a longer pause between steps is idleness, not scheduler work
@@ -71,7 +72,7 @@ class AutoK:
         self.until_explore: dict[int, int] = {}  # bucket -> rounds left before its next exploration
         self.parked_every: dict[int, int] = {}  # bucket -> its current parked exploration interval
         self.chosen = [0] * (k_max + 1)
-        self.drafted_rounds: dict[int, int] = {}  # bucket -> rounds measured at a drafted width
+        self.drafted: dict[int, int] = {}  # bucket -> drafted request-rounds measured
         self.asked: int | None = None  # the depth last asked of the draft server
         self.rng = random.Random(seed)
 
@@ -140,7 +141,7 @@ class AutoK:
                 k = 0
             elif self.best.get(b, 0) > 0 and k == 0 and rates[0] < (1 + SWITCH_MARGIN) * rates[drafting]:
                 k = drafting
-            elif (k == 0 and self.best.get(b) != 0 and self.drafted_rounds.get(b, 0) < PARK_AFTER
+            elif (k == 0 and self.best.get(b) != 0 and self.drafted.get(b, 0) < PARK_AFTER
                   and rates[0] < CLEAR_LOSS * rates[drafting]):
                 k = drafting  # too little evidence to park on a near thing yet
             self.best[b] = k
@@ -166,7 +167,7 @@ class AutoK:
         b = self.bucket(batch)
         self.seen.setdefault(b, set()).add(width)
         if width > 1:
-            self.drafted_rounds[b] = self.drafted_rounds.get(b, 0) + 1
+            self.drafted[b] = self.drafted.get(b, 0) + sum(d > 0 for d in drafted)
         plain = self.plain.get(b)
         m = None
         if width == 1:

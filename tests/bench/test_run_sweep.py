@@ -140,3 +140,16 @@ def test_the_verify_step_in_thread_cpu_time_and_for_sd():
     # A repeat without the CPU counters (an older server) drops the CPU figure, keeps the wall time
     twice = merge_repeats([ssd | {"repeat": 0}, {k: v for k, v in ssd.items() if k != "verify_cpu_ms_by_width"}])
     assert "verify_cpu_ms_by_width" not in twice[0] and twice[0]["verify_ms_by_width"]["5"] == 50.0
+
+
+def test_an_ab_configuration_is_not_a_candidate_for_the_best_fixed_k():
+    """`ssd_kauto^b` (auto-K from another checkout) once stood in for the best fixed K at c = 8."""
+    from bench.run_sweep import defaults_lines
+
+    recs = merge_repeats([_rec("ar", 100.0, 0, c=8), _rec("ssd_kauto", 95.0, 0, c=8), _rec("ssd_kauto^b", 99.0, 0, c=8),
+                          _rec("ssd_k2", 50.0, 0, c=8), _rec("ar", 30.0, 0), _rec("ssd_kauto", 36.0, 0),
+                          _rec("ssd_k2", 37.0, 0), _rec("ssd_k4~old", 40.0, 0)])  # fmt: skip
+    lines = defaults_lines(recs, "ssd_kauto")
+    assert lines[0] == ("defaults: SSD/AR = 1.20 at c = 1 (best fixed K = 4: 1.23; default/best = 0.97; "
+                        "worst default/best over c ≤ 8 = 0.97 at T = 0, c = 1)")
+    assert lines[2] == "default (ssd_kauto) T=0 c=8: 0.95x AR, 1.90x best fixed K = 4"
