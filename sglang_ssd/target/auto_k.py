@@ -29,9 +29,9 @@ parks its requests on the draft server, and trying a draft costs re-opening them
 then 1–2 tokens, every `EXPLORE_PARKED` rounds, doubling after each one that leaves plain decoding
 the winner (up to `EXPLORE_PARKED_MAX`); a draft winning again resets the interval. Switching
 between plain decoding and drafting needs a predicted gain of `SWITCH_MARGIN`, since parking and
-re-opening cost more than the step rates show; within drafting the best K is taken as is. A bucket
-parks only after `PARK_AFTER` drafted request-rounds, unless plain decoding is predicted `CLEAR_LOSS`
-times faster: on fewer, a few bad first drafts could park it for hundreds of rounds.
+re-opening cost more than the step rates show; within drafting the best K is taken as is. Batch 1
+parks only after `PARK_AFTER` drafted rounds, unless plain decoding is predicted `CLEAR_LOSS` times
+faster: on fewer, a few bad first drafts could park it for hundreds of rounds.
 """
 
 from __future__ import annotations
@@ -47,11 +47,12 @@ EMA = 0.2  # weight of a new sample in a running mean
 FIT_WEIGHT_CAP = 10  # a width's weight in the line: its count, up to this
 OWN_AFTER = 3
 SWITCH_MARGIN = 0.05  # predicted gain needed to switch between plain decoding and drafting
-# Drafted request-rounds (α samples) a bucket must have measured before it may park on a near thing:
-# the first drafts' α and step times are few and noisy (a re-open, a cold tree), and a parked bucket
-# re-learns only from rare explorations. At batch 8 that is 3 rounds, at batch 1 24: a batch of 8
-# pays a re-open of 8 requests each time it drafts again. Where plain decoding is predicted
-# CLEAR_LOSS times faster than any draft, a bucket parks at once.
+# Drafted rounds the batch-1 bucket must have measured before it may park on a near thing: one
+# request's first drafts give few, noisy α samples and step times (a re-open, a cold tree), and a
+# parked bucket re-learns only from rare explorations. Larger buckets decide on their first
+# measurements as before: a round gives one α sample per request, and every return to drafting
+# re-opens the whole batch on the draft server (at c = 8 the rule cost 7-17 %). Where plain decoding
+# is predicted CLEAR_LOSS times faster than any draft, batch 1 parks at once too.
 PARK_AFTER = 24
 CLEAR_LOSS = 1.5
 MAX_GAP_S = 1.0  # a longer pause between steps is idleness, not scheduler work
@@ -72,7 +73,7 @@ class AutoK:
         self.until_explore: dict[int, int] = {}  # bucket -> rounds left before its next exploration
         self.parked_every: dict[int, int] = {}  # bucket -> its current parked exploration interval
         self.chosen = [0] * (k_max + 1)
-        self.drafted: dict[int, int] = {}  # bucket -> drafted request-rounds measured
+        self.drafted: dict[int, int] = {}  # bucket -> drafted rounds measured
         self.asked: int | None = None  # the depth last asked of the draft server
         self.rng = random.Random(seed)
 
@@ -141,7 +142,7 @@ class AutoK:
                 k = 0
             elif self.best.get(b, 0) > 0 and k == 0 and rates[0] < (1 + SWITCH_MARGIN) * rates[drafting]:
                 k = drafting
-            elif (k == 0 and self.best.get(b) != 0 and self.drafted.get(b, 0) < PARK_AFTER
+            elif (k == 0 and b == 1 and self.best.get(b) != 0 and self.drafted.get(b, 0) < PARK_AFTER
                   and rates[0] < CLEAR_LOSS * rates[drafting]):
                 k = drafting  # too little evidence to park on a near thing yet
             self.best[b] = k
@@ -167,7 +168,7 @@ class AutoK:
         b = self.bucket(batch)
         self.seen.setdefault(b, set()).add(width)
         if width > 1:
-            self.drafted[b] = self.drafted.get(b, 0) + sum(d > 0 for d in drafted)
+            self.drafted[b] = self.drafted.get(b, 0) + 1
         plain = self.plain.get(b)
         m = None
         if width == 1:

@@ -253,23 +253,24 @@ def test_a_few_bad_first_drafts_do_not_park_the_bucket(monkeypatch):
 
 
 def test_a_clear_loss_parks_without_waiting_for_the_evidence_rule():
-    """Large batches on a CPU: a drafted step costs twice a plain one and α is low. The bucket parks
-    on its first model decision, not after PARK_AFTER drafted rounds."""
+    """Batch 1 where a drafted step costs twice a plain one and α is low: the bucket parks on its first
+    model decision, not after PARK_AFTER drafted rounds."""
     from sglang_ssd.target import auto_k as mod
 
     auto, picks = AutoK(4), []
     for _ in range(60):
-        k = auto.choose(8)
+        k = auto.choose(1)
         picks.append(k)
-        auto.observe(8, k + 1, 55.0 * (1 + (k > 0) + 0.1 * k), 2.0, [0] * 8, [k] * 8)
+        auto.observe(1, k + 1, 30.0 * (1 + (k > 0) + 0.1 * k), 2.0, [0], [k])
     assert sum(k > 0 for k in picks) < mod.PARK_AFTER // 2, picks
-    assert auto.best[auto.bucket(8)] == 0
+    assert auto.best[auto.bucket(1)] == 0
 
 
-def test_the_evidence_rule_counts_requests_so_a_large_batch_parks_after_a_few_rounds():
+def test_a_large_batch_decides_on_its_first_measurements():
     """A near thing at batch 8 (plain decoding predicted about 1.15x faster, under CLEAR_LOSS): the
-    evidence is α samples, 8 a round, so the bucket parks after a few drafted rounds. Counted in
-    rounds, it drafted 24 first, each one re-opening 8 requests on the draft server (c = 8 lost 7 %)."""
+    evidence rule is batch 1's only, so the bucket parks after a few drafted rounds. Under the rule it
+    drafted 24 first, each return to drafting re-opening 8 requests on the draft server (c = 8 lost
+    7-17 % in the real runs)."""
     rng, auto, picks = random.Random(5), AutoK(4), []
     for _ in range(80):
         k = auto.choose(8)
