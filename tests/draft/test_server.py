@@ -170,6 +170,28 @@ def test_partial_hit_matches_full_hit(tiny_llama):
     torch.testing.assert_close(results[0].q, results[1].q)
 
 
+def test_fast_partial_hit_sends_the_done_prefix_of_the_branch(tiny_llama):
+    """The step deadline makes this path common: a round that finds its tree mid-way under the fast
+    backup is answered with the steps already done, which must be the finished branch's first tokens
+    and q′ rows (the finished branch equals plain decoding: test_exactness.py)."""
+    results = []
+    for steps in (None, 2):
+        server, client = make(tiny_llama, drain=False)
+        client.open("a", [1, 2, 3, 4], 5, DraftParams(temperature=1.0, seed=7))  # a neural K-token draft
+        eng = server.engine
+        eng.backup.mode = "fast"  # the round's partial hit: the done steps, nothing decoded for it
+        eng.work_step()  # glue + forks
+        bonus = cached_bonus(server, "a", 2)
+        for _ in range(K if steps is None else steps):
+            eng.work_step()
+        spec = client.round([Outcome("a", 2, bonus)])[0]
+        assert spec.hit
+        results.append(spec)
+    full, part = results
+    assert part.tokens.shape == (2,) and torch.equal(part.tokens, full.tokens[:2])
+    torch.testing.assert_close(part.q, full.q[:2])
+
+
 def test_fast_backup_is_point_mass(tiny_llama):
     server, client = make(tiny_llama, drain=False)
     server.engine.backup.mode = "fast"
