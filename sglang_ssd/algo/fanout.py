@@ -187,13 +187,15 @@ class AdaptiveFanoutPlanner:
         if self.alpha_after_miss is None:
             self.alpha_after_miss = AcceptanceEstimator(self.K, prior=0.3)
 
-    def plan(self, after_miss: bool = False) -> list[int]:
-        """F_0..F_K for the next speculation."""
+    def plan(self, after_miss: bool = False, K: int | None = None) -> list[int]:
+        """F_0..F_K for the next speculation; ``K``: a speculation of another length (a backup's or a
+        partial hit's can be shorter), planned from the same per-token estimates."""
+        K = self.K if K is None else K
         budget = self.miss_budget if after_miss and self.miss_budget is not None else self.budget
         if self.mode == "uniform":
-            return uniform_fanout(self.K, budget)
+            return uniform_fanout(K, budget)
         est = self.alpha_after_miss if after_miss else self.alpha
-        return geometric_fanout(est.alpha, self.r.r, self.K, budget)
+        return geometric_fanout(est.alpha, self.r.r, K, budget)
 
     def observe(
         self,

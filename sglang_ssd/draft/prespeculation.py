@@ -135,9 +135,12 @@ class Prespeculator:
         return glue_span(r)
 
     def _fork(self, r: RequestState, glue_logits: torch.Tensor) -> None:
-        # Forks cover the outcomes of the speculation the target verifies, which is longer than this
-        # tree's depth on the round after a depth change; the branches draft the current depth.
-        r.plan = self.planner_for(max(len(r.spec), self.k)).plan(after_miss=r.after_miss)
+        # Forks cover the outcomes of the speculation the target verifies: the whole budget over its
+        # K' + 1 outcomes. K' is shorter than K after a backup or a partial hit (an empty speculation
+        # puts every fork after k = 0, its only outcome) and longer on the round after a depth change.
+        # The branches draft the current depth.
+        kp = len(r.spec)
+        r.plan = self.planner_for(max(kp, self.k)).plan(after_miss=r.after_miss, k=kp)
         r.tree = select_forks(r, glue_logits, r.plan, self.model, self.k)
         r.tree.sample_plan = self.planner_for(self.k).plan(after_miss=False)
         r.stage = Stage.TREE if r.tree.num_branches else Stage.READY

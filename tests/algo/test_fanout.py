@@ -159,3 +159,11 @@ def test_planner_separate_plan_after_a_miss():
     assert AdaptiveFanoutPlanner(K=7, budget=24, mode="uniform").plan() == [3] * 8
     with pytest.raises(ValueError, match="mode"):
         AdaptiveFanoutPlanner(K=7, budget=24, mode="bogus")
+
+
+def test_a_plan_for_a_shorter_speculation_spends_the_whole_budget_on_its_outcomes():
+    planner = AdaptiveFanoutPlanner(K=4, budget=24)
+    assert planner.plan(K=0) == [24] and planner.plan(after_miss=True, K=0) == [24]
+    short = planner.plan(K=2)
+    assert len(short) == 3 and sum(short) == 24
+    assert AdaptiveFanoutPlanner(K=4, budget=24, mode="uniform").plan(K=1) == [12, 12]

@@ -192,6 +192,24 @@ def test_fast_partial_hit_sends_the_done_prefix_of_the_branch(tiny_llama):
     torch.testing.assert_close(part.q, full.q[:2])
 
 
+def test_a_short_speculation_gets_the_whole_budget_over_its_own_outcomes(tiny_llama):
+    """An empty or short speculation (a fast backup's) has fewer outcomes than K: its tree puts all
+    ΣF forks on them. An empty one can only end in k = 0, so every fork is a candidate bonus there."""
+    budget = sum([2, 2, 2, 2, 2])
+    for prompt, n_spec in (([1, 2, 3, 4], 0), ([7, 8, 9, 7, 8, 9, 7, 8], K)):
+        server, client = make(tiny_llama, drain=False)
+        server.engine.backup.mode = "fast"
+        spec = client.open("a", prompt[:-1], prompt[-1], DraftParams(temperature=0.0))
+        assert len(spec.tokens) == n_spec
+        server.engine.work_step()  # glue + forks
+        tree = server.engine.requests["a"].tree
+        assert tree.num_branches == budget
+        if n_spec == 0:
+            assert set(tree.fork_k.tolist()) == {0}
+        else:  # a full-length one keeps the configured plan
+            assert torch.bincount(tree.fork_k, minlength=K + 1).tolist() == [2] * (K + 1)
+
+
 def test_fast_backup_is_point_mass(tiny_llama):
     server, client = make(tiny_llama, drain=False)
     server.engine.backup.mode = "fast"
