@@ -73,7 +73,6 @@ class AutoK:
         self.until_explore: dict[int, int] = {}  # bucket -> rounds left before its next exploration
         self.parked_every: dict[int, int] = {}  # bucket -> its current parked exploration interval
         self.chosen = [0] * (k_max + 1)
-        self.drafted: dict[int, int] = {}  # bucket -> drafted rounds measured
         self.asked: int | None = None  # the depth last asked of the draft server
         self.rng = random.Random(seed)
 
@@ -107,6 +106,10 @@ class AutoK:
         var = sw * sxx - sx * sx
         slope = max(0.0, (sw * sxy - sx * sy) / var) if var > 1e-9 else 0.0
         return plain[0] * max((sy - slope * sx) / sw + slope * (width - 1), 1e-3)
+
+    def drafted_rounds(self, b: int) -> int:
+        """Rounds bucket ``b`` measured at a drafted width (every one after its first plain step)."""
+        return sum(int(n) for (bb, _), (_, n) in self.ratios.items() if bb == b)
 
     def predicted_rate(self, batch: int, k: int) -> float | None:
         """Tokens per ms per request at ``k`` drafted tokens; None before the bucket is measured."""
@@ -142,7 +145,7 @@ class AutoK:
                 k = 0
             elif self.best.get(b, 0) > 0 and k == 0 and rates[0] < (1 + SWITCH_MARGIN) * rates[drafting]:
                 k = drafting
-            elif (k == 0 and b == 1 and self.best.get(b) != 0 and self.drafted.get(b, 0) < PARK_AFTER
+            elif (k == 0 and b == 1 and self.best.get(b) != 0 and self.drafted_rounds(b) < PARK_AFTER
                   and rates[0] < CLEAR_LOSS * rates[drafting]):
                 k = drafting  # too little evidence to park on a near thing yet
             self.best[b] = k
@@ -167,8 +170,6 @@ class AutoK:
         previous step ended (None for the first); the accepted and drafted counts per request."""
         b = self.bucket(batch)
         self.seen.setdefault(b, set()).add(width)
-        if width > 1:
-            self.drafted[b] = self.drafted.get(b, 0) + 1
         plain = self.plain.get(b)
         m = None
         if width == 1:
