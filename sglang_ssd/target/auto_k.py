@@ -65,7 +65,6 @@ SWITCH_MARGIN = 0.05  # predicted gain needed to switch between plain decoding a
 PARK_AFTER = 24
 CLEAR_LOSS = 1.5
 MAX_GAP_S = 1.0  # a longer pause between steps is idleness, not scheduler work
-ANNOUNCE = 2  # rounds between asking the draft server for a depth and verifying it
 
 
 class AutoK:
@@ -82,7 +81,6 @@ class AutoK:
         self.judged = 2.0
         self.best: dict[int, int] = {}  # bucket -> the last K the model chose (not an exploration)
         self.until_explore: dict[int, int] = {}  # bucket -> rounds left before its next exploration
-        self.next_explore: dict[int, int] = {}  # bucket -> the K its next exploration tries
         self.parked_every: dict[int, int] = {}  # bucket -> its current parked exploration interval
         self.chosen = [0] * (k_max + 1)
         self.asked: int | None = None  # the depth last asked of the draft server
@@ -155,8 +153,7 @@ class AutoK:
         elif len(seen) < 2:
             k = 1 if explore or not parked else 0
         elif explore:
-            k = self.next_explore.pop(b, None)
-            k = self._explore_k(b, parked) if k is None else k
+            k = self._explore_k(b, parked)
         else:
             rates = [self.predicted_rate(batch, k) for k in range(self.k_max + 1)]
             k = max(range(self.k_max + 1), key=rates.__getitem__)
@@ -173,19 +170,18 @@ class AutoK:
             self.best[b] = k
             if k:
                 self.parked_every.pop(b, None)
-        if self.until_explore[b] == ANNOUNCE and len(seen) >= 2:  # announced to the draft server in depth()
-            self.next_explore[b] = self._explore_k(b, parked)
         self.chosen[k] += 1
         return k
 
     def _explore_k(self, b: int, parked: bool) -> int:
-        """A parked bucket tries a 1-2 token draft (each try re-opens its requests); a drafting one a
-        neighbour of its choice, or plain decoding."""
+        """A parked bucket tries a 1-2 token draft (each try re-opens its requests); a drafting one
+        K − 1, or plain decoding."""
         if parked:
             return self.rng.randint(1, min(2, self.k_max))
         best = self.best.get(b, 1)
-        near = sorted({max(best - 1, 1), min(best + 1, self.k_max)} - {best})
-        return self.rng.choice(near) if near and self.rng.random() >= EXPLORE_PLAIN else 0
+        if self.rng.random() < EXPLORE_PLAIN:
+            return 0
+        return max(best - 1, 1)  # at K = 1 nothing shallower to try: the round drafts as chosen
 
     def depth(self, batch: int) -> int:
         """The K the draft server should draft (it applies from its next trees, the round after next):
@@ -193,10 +189,8 @@ class AutoK:
         tokens of the explorations while plain decoding wins. A draft server that drafts what will be
         verified spends its verify window on that depth only; verification never needs more, and an
         exploration of a larger K verifies what was drafted."""
-        b = self.bucket(batch)
-        best = self.best.get(b)
+        best = self.best.get(self.bucket(batch))
         self.asked = self.k_max if best is None else best if best > 0 else min(2, self.k_max)
-        self.asked = max(self.asked, self.next_explore.get(b, 0))  # a deeper exploration, announced
         return self.asked
 
     def observe(self, batch: int, width: int, step_ms: float, gap_ms: float | None, accepted: list[int],

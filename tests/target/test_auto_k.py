@@ -154,7 +154,7 @@ def test_a_near_tie_does_not_flap_between_plain_decoding_and_drafting():
     """Each switch parks or re-opens the batch on the draft server: when a one-token draft and plain
     decoding are within noise of each other, the bucket mostly stays on one side (explorations
     aside; a drafting bucket's plain explorations count two switches each). Without the switching margin
-these runs switch 46 times in all; with it, 36."""
+    these runs switch 46 times in all; with it, 34."""
     tie = {1: 100.0, 2: 100.0 * 1.35 + 15.0 * 0.35, 3: 160.0, 4: 180.0, 5: 200.0}  # K = 1 ≈ K = 0 at α = 0.35
     switches = 0
     for seed in range(5):
@@ -308,26 +308,23 @@ def test_requests_without_a_draft_are_priced_in():
     assert third.best[third.bucket(4)] == 0, third.chosen
 
 
-def test_explorations_try_neighbours_and_announce_a_deeper_depth():
-    """A drafting bucket explores K ± 1 (plain decoding now and then), not far-off widths that cost
-    several plain steps; a deeper exploration is asked of the draft server ANNOUNCE rounds ahead, as
-    it verifies at most what was drafted."""
+def test_explorations_try_one_token_less_or_plain_decoding():
+    """A drafting bucket explores K − 1, and plain decoding now and then (each parks and re-opens the
+    batch); never a deeper width, which the draft server has not drafted (asking for it would drop
+    its cached trees)."""
     from sglang_ssd.target import auto_k as mod
 
+    curve = STEEP_STEP_MS | {6: 65.0, 7: 75.0, 8: 85.0}
     auto = AutoK(7, seed=3)
-    simulate_steered(auto, [(STEEP_STEP_MS | {6: 65.0, 7: 75.0, 8: 85.0}, 0.5, 200)])
+    simulate_steered(auto, [(curve, 0.5, 200)])
     assert auto.best[1] == 2
-    explored, announced_ok = [], 0
-    for _ in range(800):
-        ahead = auto.next_explore.get(1)
+    explored = []
+    for i in range(800):
         k = auto.choose(1)
         if k != auto.best[1]:
             explored.append(k)
-            if k > 2:  # asked for before this round, at least ANNOUNCE rounds back
-                announced_ok += ahead == k
-        auto.depth(1)
-        auto.observe(1, k + 1, (STEEP_STEP_MS | {6: 65.0, 7: 75.0, 8: 85.0})[k + 1], 5.0, [min(k, 1)], [k])
-    assert explored and set(explored) <= {0, 1, 3}, explored
-    assert 0 < explored.count(0) < explored.count(1) + explored.count(3)
-    assert announced_ok == explored.count(3) > 0
-    assert mod.ANNOUNCE == 2
+        assert auto.depth(1) == 2
+        auto.observe(1, k + 1, curve[k + 1], 5.0, [min(k, i % 2)], [k])
+    assert explored and set(explored) == {0, 1}, explored
+    assert explored.count(0) < explored.count(1)
+    assert mod.EXPLORE_PLAIN < 0.5
