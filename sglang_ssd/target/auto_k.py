@@ -6,8 +6,8 @@ told k ≤ K' accepted), so the worker may cut every speculation to the K it pre
     rate(K) = T(K) / S(K + 1)
 
 with S(n) the measured period of a round that verifies n tokens per request at the current batch
-size: the whole worker step (the link wait, opening requests on the draft server, the forward, the
-exact verification) and the gap after it, until the next step starts (the scheduler's handling of the
+size: the whole worker step (the link wait, the forward, the exact verification; not the one-off
+opening of a request on the draft server) and the gap after it, until the next step starts (the scheduler's handling of the
 round's tokens, and whatever the draft server's process takes from the machine meanwhile). T(K) =
 1 + d·(E(α, K) − 1) is a request's expected tokens per round, bonus included, with α the live
 per-token acceptance and d the bucket's share of requests that had a draft in drafted rounds: it
