@@ -249,6 +249,9 @@ class AutoK:
                                for w in (1, self.k_max + 1)]
                 for b in sorted(self.seen)
             },
+            # per bucket and drafted width: [period over the plain one's, rounds measured] (what the cost
+            # line is fitted to)
+            "ssd_auto_k_ratios": {f"bucket{b}/w{w}": [round(r, 3), int(n)] for (b, w), (r, n) in sorted(self.ratios.items())},
         }
 
 
