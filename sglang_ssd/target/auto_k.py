@@ -37,8 +37,7 @@ parks its requests on the draft server, and trying a draft costs re-opening them
 then 1–2 tokens, every `EXPLORE_PARKED` rounds, doubling after each one that leaves plain decoding
 the winner (up to `EXPLORE_PARKED_MAX`); a draft winning again resets the interval. Switching
 between plain decoding and drafting needs a predicted gain of `SWITCH_MARGIN`, since parking and
-re-opening cost more than the step rates show; changing the drafted K needs `DEPTH_MARGIN`, since the
-draft server drops its cached trees at each depth change. Batch 1
+re-opening cost more than the step rates show; within drafting the best K is taken as is. Batch 1
 parks only after `PARK_AFTER` drafted rounds, unless plain decoding is predicted `CLEAR_LOSS` times
 faster: on fewer, a few bad first drafts could park it for hundreds of rounds.
 """
@@ -57,9 +56,6 @@ EMA = 0.2  # weight of a new sample in a running mean
 FIT_WEIGHT_CAP = 10  # a width's weight in the line: its count, up to this
 OWN_AFTER = 3
 SWITCH_MARGIN = 0.05  # predicted gain needed to switch between plain decoding and drafting
-# predicted gain needed to change the drafted K: the draft server drops its cached trees at each
-# depth change, and neighbouring K are often within a few % (c = 1: K = 2-5 all chosen hundreds of times)
-DEPTH_MARGIN = 0.03
 # Drafted rounds the batch-1 bucket must have measured before it may park on a near thing: one
 # request's first drafts give few, noisy α samples and step times (a re-open, a cold tree), and a
 # parked bucket re-learns only from rare explorations. Larger buckets decide on their first
@@ -171,9 +167,6 @@ class AutoK:
             elif (k == 0 and b == 1 and self.best.get(b) != 0 and self.drafted_rounds(b) < PARK_AFTER
                   and rates[0] < CLEAR_LOSS * rates[drafting]):
                 k = drafting  # too little evidence to park on a near thing yet
-            prev = self.best.get(b, 0)
-            if k and prev and k != prev and rates[k] < (1 + DEPTH_MARGIN) * rates[prev]:
-                k = prev  # each depth change drops the draft server's cached trees
             self.best[b] = k
             if k:
                 self.parked_every.pop(b, None)
