@@ -179,7 +179,6 @@ def summarize(name: str, bench: dict, before: dict, after: dict, extra: dict) ->
                                                            before.get("ssd_auto_k_chosen", [0] * 99))]
             rec["auto_k_step_ms"] = after.get("ssd_auto_k_step_ms")
             rec["auto_k_gap_ms"] = after.get("ssd_auto_k_gap_ms")
-            rec["auto_k_drafted_share"] = after.get("ssd_auto_k_drafted_share")
             rec["auto_k_ratios"] = after.get("ssd_auto_k_ratios")
         rec.update(per_k_counts(before.get("ssd_draft_server", {}), after.get("ssd_draft_server", {})))
         if rec.get("draft_busy_ms") is not None:  # the draft server's forwards per target round

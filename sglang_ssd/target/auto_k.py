@@ -3,19 +3,14 @@
 Verifying fewer tokens than were drafted is exact (the chain is simply shorter; the draft server is
 told k ≤ K' accepted), so the worker may cut every speculation to the K it predicts fastest:
 
-    rate(K) = T(K) / S(K + 1)
+    rate(K) = E(α, K) / (S(K + 1) + G)
 
-with S(n) the measured period of a round that verifies n tokens per request at the current batch
-size: the whole worker step (the link wait, the forward, the exact verification; not the one-off
-opening of a request on the draft server) and the gap after it, until the next step starts (the scheduler's handling of the
-round's tokens, and whatever the draft server's process takes from the machine meanwhile). T(K) =
-1 + d·(E(α, K) − 1) is a request's expected tokens per round, bonus included, with α the live
-per-token acceptance and d the bucket's share of requests that had a draft in drafted rounds: it
-prices the hit rate, since a miss whose backup drafted nothing yields one token whatever K was (at
-c = 4, K = 2, a fifth of the requests). Both are counted over the whole run, as one request's round
-says little. K = 0 is plain decoding: one token, nothing drafted. Measuring whole periods, not bare forwards, is what makes the comparison with K = 0
-honest on a CPU, where a forward over n tokens costs much more than over one, the per-step overheads
-are large, and the draft server shares the machine with the target's own processes.
+with α the live per-token acceptance, S(n) the measured time of a whole worker step that verifies n
+tokens per request at the current batch size (the link wait, the forward, the exact verification),
+and G the measured gap between steps (the scheduler's own work, paid whatever K is). K = 0 is plain
+decoding: one token verified, nothing drafted used. Measuring whole steps, not bare forwards, is what
+makes the comparison with K = 0 honest on a CPU, where a forward over n tokens costs much more than
+over one and the per-step overheads are large.
 
 S(n) = S(1) · R(n) per batch-size bucket: S(1) the running mean of plain steps, R(n) the running
 mean of n-token steps relative to the plain-step mean at the time (R(1) = 1). Plain steps are the
@@ -27,12 +22,9 @@ so that thousands of plain steps do not drown the few drafted ones). A CPU's cos
 straight (the jump from one token to two is the largest), hence the widths' own means once known.
 
 Plain decoding and a one-token draft are tried first in a new bucket (a bucket larger than one where
-plain decoding already won starts parked). Every `EXPLORE_EVERY` rounds afterwards one neighbour of
-the chosen K (K − 1 or K + 1; plain decoding on `EXPLORE_PLAIN` of them, as each parks the batch and
-re-opens it) is tried, so a changing workload (larger batches, where
-verification grows costlier; text the draft predicts better) moves the choice without paying for
-far-off widths (at c = 4 an 8-token verify costs 3.4 plain steps). A deeper exploration is announced
-to the draft server two rounds ahead, since it verifies at most what was drafted. While plain decoding wins the worker
+plain decoding already won starts parked). A random width every `EXPLORE_EVERY` rounds afterwards
+keeps the estimates honest, so a changing workload (larger batches, where verification grows
+costlier; text the draft predicts better) moves the choice. While plain decoding wins the worker
 parks its requests on the draft server, and trying a draft costs re-opening them: explorations are
 then 1–2 tokens, every `EXPLORE_PARKED` rounds, doubling after each one that leaves plain decoding
 the winner (up to `EXPLORE_PARKED_MAX`); a draft winning again resets the interval. Switching
@@ -49,7 +41,6 @@ import random
 from sglang_ssd.algo.policy import expected_tokens
 
 EXPLORE_EVERY = 16
-EXPLORE_PLAIN = 0.25  # the share of a drafting bucket's explorations that decode plainly (each parks and re-opens)
 EXPLORE_PARKED = 128  # while plain decoding wins: trying a draft means re-opening every request
 EXPLORE_PARKED_MAX = 1024  # the back-off's cap: a changed workload is still noticed within ~1000 rounds
 EMA = 0.2  # weight of a new sample in a running mean
@@ -75,8 +66,7 @@ class AutoK:
         self.seen: dict[int, set[int]] = {}  # bucket -> widths measured
         self.plain: dict[int, list[float]] = {}  # bucket -> [running mean of plain steps (ms), count]
         self.ratios: dict[tuple[int, int], list[float]] = {}  # (bucket, width) -> [EMA of S(w)/S(1), count]
-        self.with_draft: dict[int, list[float]] = {}  # bucket -> [requests with a draft, requests], drafted rounds
-        self.gap_ms = 0.0  # running gap after a step, for a step whose gap is unknown (a prefill followed)
+        self.gap_ms = 0.0
         self.accepted = 1.0  # prior: α = 0.5 over two pseudo-trials
         self.judged = 2.0
         self.best: dict[int, int] = {}  # bucket -> the last K the model chose (not an exploration)
@@ -95,8 +85,8 @@ class AutoK:
         return min(max(self.accepted / self.judged, 0.0), 0.999)
 
     def step_ms(self, batch: int, width: int) -> float | None:
-        """The expected round period (step and the gap after it) at ``width``; None until plain
-        decoding and one other width were measured in the batch's bucket."""
+        """The expected whole-step time at ``width``; None until plain decoding and one other width
+        were measured in the batch's bucket."""
         b = self.bucket(batch)
         plain = self.plain.get(b)
         if plain is None:
@@ -121,19 +111,10 @@ class AutoK:
         """Rounds bucket ``b`` measured at a drafted width (every one after its first plain step)."""
         return sum(int(n) for (bb, _), (_, n) in self.ratios.items() if bb == b)
 
-    def drafted_share(self, batch: int) -> float:
-        """The share of the bucket's requests that had a draft in its drafted rounds (prior: 1 in 1)."""
-        n = self.with_draft.get(self.bucket(batch), (1.0, 1.0))
-        return n[0] / n[1]
-
-    def expected(self, batch: int, k: int) -> float:
-        """T(k): a request's expected tokens per round at ``k`` drafted tokens, bonus included."""
-        return 1.0 + self.drafted_share(batch) * (expected_tokens(self.alpha, k) - 1.0)
-
     def predicted_rate(self, batch: int, k: int) -> float | None:
         """Tokens per ms per request at ``k`` drafted tokens; None before the bucket is measured."""
         t = self.step_ms(batch, k + 1)
-        return None if t is None else self.expected(batch, k) / t
+        return None if t is None else expected_tokens(self.alpha, k) / (t + self.gap_ms)
 
     def choose(self, batch: int) -> int:
         b = self.bucket(batch)
@@ -153,7 +134,7 @@ class AutoK:
         elif len(seen) < 2:
             k = 1 if explore or not parked else 0
         elif explore:
-            k = self._explore_k(b, parked)
+            k = self.rng.randint(1, min(2, self.k_max)) if parked else self.rng.randint(0, self.k_max)
         else:
             rates = [self.predicted_rate(batch, k) for k in range(self.k_max + 1)]
             k = max(range(self.k_max + 1), key=rates.__getitem__)
@@ -173,16 +154,6 @@ class AutoK:
         self.chosen[k] += 1
         return k
 
-    def _explore_k(self, b: int, parked: bool) -> int:
-        """A parked bucket tries a 1-2 token draft (each try re-opens its requests); a drafting one
-        K − 1, or plain decoding."""
-        if parked:
-            return self.rng.randint(1, min(2, self.k_max))
-        best = self.best.get(b, 1)
-        if self.rng.random() < EXPLORE_PLAIN:
-            return 0
-        return max(best - 1, 1)  # at K = 1 nothing shallower to try: the round drafts as chosen
-
     def depth(self, batch: int) -> int:
         """The K the draft server should draft (it applies from its next trees, the round after next):
         the model's last choice for the batch's bucket, the ceiling before there is one, and the 1–2
@@ -195,16 +166,10 @@ class AutoK:
 
     def observe(self, batch: int, width: int, step_ms: float, gap_ms: float | None, accepted: list[int],
                 drafted: list[int]) -> None:
-        """One round: ``step_ms`` the worker's whole step at ``width``; ``gap_ms`` the time from its end
-        to the next step's start (None when unknown: a prefill came between); the accepted and drafted
-        counts per request."""
+        """One round: ``step_ms`` the worker's whole step at ``width``; ``gap_ms`` the time since the
+        previous step ended (None for the first); the accepted and drafted counts per request."""
         b = self.bucket(batch)
         self.seen.setdefault(b, set()).add(width)
-        if gap_ms is not None and gap_ms < 1000 * MAX_GAP_S:
-            self.gap_ms = (1 - EMA) * self.gap_ms + EMA * gap_ms
-        else:
-            gap_ms = self.gap_ms
-        step_ms += gap_ms
         plain = self.plain.get(b)
         m = None
         if width == 1:
@@ -213,26 +178,20 @@ class AutoK:
             step_ms /= plain[0]
             m = self.ratios.setdefault((b, width), [step_ms, 0])
         if m is not None:
-            _running(m, step_ms)
-        self._observe_share(b, width, drafted)
+            m[0] = step_ms if m[1] == 0 else (1 - EMA) * m[0] + EMA * step_ms
+            m[1] += 1
+        if gap_ms is not None and gap_ms < 1000 * MAX_GAP_S:
+            self.gap_ms = (1 - EMA) * self.gap_ms + EMA * gap_ms
         # Per-token acceptance: accepted tokens over positions judged (accepted + the rejection).
         for a, d in zip(accepted, drafted):
             if d > 0:
                 self.accepted += a
                 self.judged += a + (1 if a < d else 0)
 
-    def _observe_share(self, b: int, width: int, drafted: list[int]) -> None:
-        if width > 1:
-            n = self.with_draft.setdefault(b, [1.0, 1.0])
-            n[0] += sum(d > 0 for d in drafted)
-            n[1] += len(drafted)
-
     def snapshot(self) -> dict:
         return {
             "ssd_auto_k_alpha": self.alpha,
             "ssd_auto_k_gap_ms": self.gap_ms,
-            # per bucket, the share of requests with a draft in drafted rounds (the hit rate priced in)
-            "ssd_auto_k_drafted_share": {f"bucket{b}": round(n[0] / n[1], 3) for b, n in sorted(self.with_draft.items())},
             "ssd_auto_k_chosen": list(self.chosen),
             "ssd_auto_k_depth": self.asked,
             # Expected step ms per batch-size bucket (1 = batch 1, 2 = 2-3, 3 = 4-7, ...) at plain
@@ -242,13 +201,7 @@ class AutoK:
                                for w in (1, self.k_max + 1)]
                 for b in sorted(self.seen)
             },
-            # per bucket and drafted width: [period over the plain one's, rounds measured] (what the cost
+            # per bucket and drafted width: [step over the plain one's, rounds measured] (what the cost
             # line is fitted to)
             "ssd_auto_k_ratios": {f"bucket{b}/w{w}": [round(r, 3), int(n)] for (b, w), (r, n) in sorted(self.ratios.items())},
         }
-
-
-def _running(m: list[float], x: float) -> None:
-    """Update [running mean, count] with sample ``x`` (the first sample is taken as is)."""
-    m[0] = x if m[1] == 0 else (1 - EMA) * m[0] + EMA * x
-    m[1] += 1

@@ -68,7 +68,6 @@ class SSDWorker(BaseSpecWorker):
         self.pending: dict[str, Speculation] = {}
         self.auto_k = AutoK(self.k) if self.config.k == "auto" else None
         self._last_step_end = 0.0
-        self._unobserved: tuple | None = None  # the last round, for auto-K once the gap after it is known
         self._open_s = 0.0
         self.stats = metrics.SSDStats()
         self.enable_metrics = bool(getattr(server_args, "enable_metrics", False))
@@ -103,8 +102,7 @@ class SSDWorker(BaseSpecWorker):
         return self._forward_round(batch, on_publish, pp_proxy_tensors)
 
     def _forward_prefill(self, batch, on_publish, pp_proxy_tensors):
-        self._observe_last_round(None)  # the gap after it would count this prefill
-        self._last_step_end = 0.0
+        self._last_step_end = 0.0  # the next decode step's gap would count this prefill
         if self.module_timers is not None:
             self.module_timers.width = 0
         result = self.target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors)
@@ -241,23 +239,12 @@ class SSDWorker(BaseSpecWorker):
             verify_cpu_s=clock.verified_cpu - clock.forward_cpu,
         )
         if self.auto_k:
-            self._observe_last_round(1000 * (clock.start - self._last_step_end) if self._last_step_end else None)
-            # Opens left out: a request's open (the draft server's prefill) is paid once, not every
-            # round, and counted in one round's period it made a first drafted round look 7x a plain
-            # one, so batch 1 parked at once (a c = 1 A/B: 31.1 tok/s against 39.2).
+            gap_ms = 1000 * (clock.start - self._last_step_end) if self._last_step_end else None
             step_ms = 1000 * (clock.end - clock.start - self._open_s)
-            self._unobserved = (bs, d, step_ms, k_list, proposal.num_draft.tolist())
+            self.auto_k.observe(bs, d, step_ms, gap_ms, k_list, proposal.num_draft.tolist())
         self._last_step_end = clock.end
         if self.enable_metrics and self.stats.rounds % 16 == 0:
             metrics.export_prometheus()
-
-    def _observe_last_round(self, gap_ms: float | None) -> None:
-        """Hand auto-K the previous round with the gap that followed it (None: unknown), so the period
-        it learns includes the scheduler's handling of that round's tokens."""
-        if self.auto_k and self._unobserved is not None:
-            bs, d, step_ms, k_list, drafted = self._unobserved
-            self.auto_k.observe(bs, d, step_ms, gap_ms, k_list, drafted)
-        self._unobserved = None
 
     def _post(self, batch, specs, k_list, bonus_list) -> None:
         """Tell the draft server what happened; its reply is the next round's speculation. SSD posts it

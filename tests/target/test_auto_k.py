@@ -122,7 +122,7 @@ def test_snapshot_of_a_parked_bucket():
         k = auto.choose(8)
         auto.observe(8, k + 1, 120.0, 10.0, [0] * 8, [k] * 8)
     snap = auto.snapshot()["ssd_auto_k_step_ms"]
-    assert snap["bucket4"][0] == pytest.approx(130.0) and snap["bucket4"][1] is None  # the step and the gap after it
+    assert snap["bucket4"][0] == pytest.approx(120.0) and snap["bucket4"][1] is None
     assert snap["bucket1"][1] is not None
 
 
@@ -144,7 +144,7 @@ def test_parked_explorations_back_off_and_reset_when_a_draft_wins():
     # The machine changes: verification becomes nearly free and the draft good. Drafts win again
     # within a few capped intervals (each try moves the width's running mean by EMA), and the parked
     # interval is forgotten.
-    for _ in range(6 * mod.EXPLORE_PARKED_MAX + 200):
+    for _ in range(4 * mod.EXPLORE_PARKED_MAX + 200):
         k = auto.choose(1)
         auto.observe(1, k + 1, 20.0 + 0.5 * k, 15.0, [k], [k])
     assert auto.best[1] > 0 and 1 not in auto.parked_every
@@ -153,8 +153,7 @@ def test_parked_explorations_back_off_and_reset_when_a_draft_wins():
 def test_a_near_tie_does_not_flap_between_plain_decoding_and_drafting():
     """Each switch parks or re-opens the batch on the draft server: when a one-token draft and plain
     decoding are within noise of each other, the bucket mostly stays on one side (explorations
-    aside; a drafting bucket's plain explorations count two switches each). Without the switching margin
-    these runs switch 46 times in all; with it, 34."""
+    aside). Without the switching margin these runs switch 54 times in all; with it, 26."""
     tie = {1: 100.0, 2: 100.0 * 1.35 + 15.0 * 0.35, 3: 160.0, 4: 180.0, 5: 200.0}  # K = 1 ≈ K = 0 at α = 0.35
     switches = 0
     for seed in range(5):
@@ -167,7 +166,7 @@ def test_a_near_tie_does_not_flap_between_plain_decoding_and_drafting():
             ms = tie[k + 1] * (1 + 0.04 * ((i * 7919) % 13 - 6) / 6)  # ±4 % deterministic jitter
             auto.observe(4, k + 1, ms, 15.0, [min(k, int((i % 20) < 7))] * 4, [k] * 4)
         switches += sum(1 for a, b in zip(picks, picks[1:]) if (a == 0) != (b == 0))
-    assert switches <= 40, switches
+    assert switches <= 35, switches
 
 
 STEEP_STEP_MS = {1: 30.0, 2: 33.0, 3: 35.0, 4: 45.0, 5: 55.0}  # best K = 2 at α = 0.5
@@ -280,51 +279,3 @@ def test_a_large_batch_decides_on_its_first_measurements():
         auto.observe(8, k + 1, 50.0 * (1.0 + 0.3 * (k > 0) + 0.05 * k), 2.0, acc, [k] * 8)
     assert auto.best[auto.bucket(8)] == 0
     assert sum(k > 0 for k in picks) <= 8, picks
-
-
-def test_requests_without_a_draft_are_priced_in():
-    """A miss whose backup drafted nothing yields one token whatever K was. At α = 0.6 on this curve a
-    2-token draft wins when every request has one; with a draft for only a third of the requests
-    (real c = 4 runs: about four in five) plain decoding wins, and auto-K parks."""
-    curve = {1: 40.0, 2: 52.0, 3: 60.0, 4: 70.0, 5: 80.0}
-
-    def run(share: float) -> AutoK:
-        rng, auto = random.Random(7), AutoK(4)
-        for _ in range(300):
-            k = auto.choose(4)
-            drafted = [k if rng.random() < share else 0 for _ in range(4)]
-            acc = []
-            for d in drafted:
-                a = 0
-                while a < d and rng.random() < 0.6:
-                    a += 1
-                acc.append(a)
-            auto.observe(4, k + 1, curve[k + 1], 2.0, acc, drafted)
-        return auto
-
-    full, third = run(1.0), run(1 / 3)
-    assert full.best[full.bucket(4)] > 0
-    assert third.drafted_share(4) < 0.5 < full.drafted_share(4)
-    assert third.best[third.bucket(4)] == 0, third.chosen
-
-
-def test_explorations_try_one_token_less_or_plain_decoding():
-    """A drafting bucket explores K − 1, and plain decoding now and then (each parks and re-opens the
-    batch); never a deeper width, which the draft server has not drafted (asking for it would drop
-    its cached trees)."""
-    from sglang_ssd.target import auto_k as mod
-
-    curve = STEEP_STEP_MS | {6: 65.0, 7: 75.0, 8: 85.0}
-    auto = AutoK(7, seed=3)
-    simulate_steered(auto, [(curve, 0.5, 200)])
-    assert auto.best[1] == 2
-    explored = []
-    for i in range(800):
-        k = auto.choose(1)
-        if k != auto.best[1]:
-            explored.append(k)
-        assert auto.depth(1) == 2
-        auto.observe(1, k + 1, curve[k + 1], 5.0, [min(k, i % 2)], [k])
-    assert explored and set(explored) == {0, 1}, explored
-    assert explored.count(0) < explored.count(1)
-    assert mod.EXPLORE_PLAIN < 0.5
