@@ -48,6 +48,17 @@ COUNTERS = ("ssd_hits", "ssd_lookups", "ssd_fast_backups", "ssd_drafted", "ssd_a
 ABLATIONS = ("ssd_uniform", "ssd_neural", "ssd_fast", "ssd_c0.5", "ssd_qsparse", "ssd_c0.2")
 
 
+def k_variants_named(names: list[str]) -> list[str]:
+    """The fixed-K variants that configuration names ask for: ``ssd_k3`` (also ``ssd_k3^b``, ``ssd_k3@torch``)
+    is K = 3."""
+    out = []
+    for name in names:
+        kk = name.split("@")[0].split("^")[0].removeprefix("ssd_k")
+        if name.startswith("ssd_k") and kk.isdigit() and kk not in out:
+            out.append(kk)
+    return out
+
+
 def configs(draft: str, k: str, budget: str, k_variants: list[str],
             ngram: str = str(ROOT / "models" / "ngram.json"),
             budget_variants: list[str] = ()) -> dict[str, tuple[list[str], dict]]:
@@ -495,7 +506,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--configs", default="ar,ar_repeat,sd_coloc,sd,ssd,ssd_kauto,sd3,ssd3")
     ap.add_argument("--ablations", action="store_true")
     ap.add_argument("--k", default="4")
-    ap.add_argument("--k-variants", default="", help="extra fixed-K SSD configurations, e.g. 1,2")
+    ap.add_argument("--k-variants", default="", help="extra fixed-K SSD configurations, e.g. 1,2 "
+                    "(an `ssd_kN` in --configs adds N by itself)")
     ap.add_argument("--calibration", default=None,
                     help="bench/calibrate.py JSON: also compare every record with the planner's prediction")
     ap.add_argument("--budget", default="12")
@@ -526,10 +538,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     out.mkdir(parents=True, exist_ok=True)
     dataset = prepare_dataset(args.dataset, out)
+    names = [n for n in args.configs.split(",") if n]
     k_variants = [x for x in args.k_variants.split(",") if x]
+    k_variants += [x for x in k_variants_named(names) if x not in k_variants]
     budget_variants = [x for x in args.budget_variants.split(",") if x]
     all_cfgs = configs(args.draft, args.k, args.budget, k_variants, budget_variants=budget_variants)
-    names = [n for n in args.configs.split(",") if n]
     names += [f"ssd_k{k}" for k in k_variants if f"ssd_k{k}" not in names]
     if args.ablations:
         names += [n for n in ABLATIONS if n not in names]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.run_sweep import configs, prepare_dataset, run_bench, ssd_state, warm_up  # noqa: E402
+from bench.run_sweep import configs, k_variants_named, prepare_dataset, run_bench, ssd_state, warm_up  # noqa: E402
 from sglang_ssd.tools.server_process import CPU_SERVER_ARGS, SGLangServer  # noqa: E402
 
 
@@ -41,8 +41,7 @@ def main() -> int:
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--out", default="/tmp/server_counters")
     args = ap.parse_args()
-    k_variants = [args.config.removeprefix("ssd_k")] if args.config[5:].isdigit() else []
-    known = configs(args.draft, "4", "24", k_variants)
+    known = configs(args.draft, "4", "24", k_variants_named([args.config]))
     if args.config not in known:
         print(f"error: unknown configuration {args.config!r} (known: {', '.join(known)})", file=sys.stderr)
         return 2

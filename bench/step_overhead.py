@@ -45,7 +45,7 @@ from sglang_ssd.tools.server_process import CPU_SERVER_ARGS, SGLangServer  # noq
 # forward_batch_generation too, and holds the whole round)
 PHASES = {
     "forward": ("forward_batch_generation@tp_worker", "forward@model_runner"),
-    "ssd_round": ("_propose", "_verify", "_commit_kv", "_report"),
+    "ssd_round": ("_propose", "_verify", "_accept_layout", "_report"),
     "sampling": ("launch_batch_sample_if_needed", "sample"),
     "result": ("process_batch_result", "process_batch_result_decode", "stream_output"),
     "receive": ("recv_requests", "process_input_requests"),

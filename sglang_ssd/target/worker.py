@@ -125,7 +125,7 @@ class SSDWorker(BaseSpecWorker):
         chain = verify_chain_ids(batch, proposal.tokens).to(self.device)  # [bs, d]
         d = chain.shape[1]
         result, outcome = self._verify(batch, chain, proposal, pp_proxy_tensors, clock)
-        accepted = self._commit_kv(batch, result.logits_output, outcome, d)
+        accepted = self._accept_layout(batch, result.logits_output, outcome, d)
         if on_publish is not None:
             on_publish(accepted.new_seq_lens)
         batch.forward_mode = ForwardMode.DECODE
@@ -207,7 +207,7 @@ class SSDWorker(BaseSpecWorker):
             outcome = self.tp.outcome(outcome)  # one set of coins for the whole TP group
         return result, outcome
 
-    def _commit_kv(self, batch, logits_output, outcome, d) -> AcceptLayout:
+    def _accept_layout(self, batch, logits_output, outcome, d) -> AcceptLayout:
         """The accepted tokens in SGLang's accept layout (and their logprobs). Their KV needs no move:
         a chain's accepted tokens are the front of its verify window, where the forward wrote them
         (SGLang's move_accept_tokens_to_target_kvcache copies each slot onto itself here, every layer:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.run_sweep import merge_repeats, noise_lines, requests_at, spread  # noqa: E402
+from bench.run_sweep import k_variants_named, merge_repeats, noise_lines, requests_at, spread  # noqa: E402
 
 
 def _rec(config: str, tps: float, repeat: int, c: int = 1) -> dict:
@@ -153,3 +153,8 @@ def test_an_ab_configuration_is_not_a_candidate_for_the_best_fixed_k():
     assert lines[0] == ("defaults: SSD/AR = 1.20 at c = 1 (best fixed K = 4: 1.23; default/best = 0.97; "
                         "worst default/best over c ≤ 8 = 0.97 at T = 0, c = 1)")
     assert lines[2] == "default (ssd_kauto) T=0 c=8: 0.95x AR, 1.90x best fixed K = 4"
+
+
+def test_fixed_k_variants_come_from_the_configuration_names():
+    names = ["ar", "ssd_k3", "ssd_k2^b", "ssd_k3@torch", "ssd_kauto", "ssd_default", "ssd_k10"]
+    assert k_variants_named(names) == ["3", "2", "10"]
