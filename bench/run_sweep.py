@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 from sglang_ssd.cpu import clib  # noqa: E402
 from sglang_ssd.prompts import export_bench_dataset  # noqa: E402
 from sglang_ssd.target import metrics as ssd_metrics  # noqa: E402
+from sglang_ssd.wire.settings import DraftSettings  # noqa: E402
 from sglang_ssd.tools.server_process import CPU_SERVER_ARGS, SGLangServer  # noqa: E402
 
 COUNTERS = ("ssd_hits", "ssd_lookups", "ssd_fast_backups", "ssd_drafted", "ssd_accepted", "ssd_rejected",
@@ -45,7 +46,7 @@ COUNTERS = ("ssd_hits", "ssd_lookups", "ssd_fast_backups", "ssd_drafted", "ssd_a
             "ssd_hit_rounds", "ssd_hit_link_s", "ssd_hit_verify_s")
 
 
-ABLATIONS = ("ssd_uniform", "ssd_neural", "ssd_fast", "ssd_c0.5", "ssd_qsparse", "ssd_c0.2")
+ABLATIONS = ("ssd_uniform", "ssd_neural", "ssd_backup_auto", "ssd_c0.5", "ssd_qsparse", "ssd_c0.2")
 
 
 def k_variants_named(names: list[str]) -> list[str]:
@@ -68,7 +69,8 @@ def configs(draft: str, k: str, budget: str, k_variants: list[str],
         return ["--speculative-algorithm", "SSD", "--speculative-draft-model-path", draft, "--ssd-k", kk,
                 "--ssd-budget", bb]
 
-    meta = {"k": int(k) if k.isdigit() else k, "budget": int(budget), "fanout": "geometric", "saguaro_c": 1.0}
+    meta = {"k": int(k) if k.isdigit() else k, "budget": int(budget), "fanout": "geometric", "saguaro_c": 1.0,
+            "backup": DraftSettings().backup}  # the launch default unless a configuration names one
     out = {
         "ar": ([], {"k": 0}),
         # A second, identical AR server: the AR/AR ratio at each point is the run's noise band.
@@ -77,39 +79,36 @@ def configs(draft: str, k: str, budget: str, k_variants: list[str],
                      {**meta, "backup": "neural", "colocated": True}),
         "sd": ([*ssd(), "--ssd-mode", "sync", "--ssd-draft-cores", "1", "--ssd-backup", "neural"],
                {**meta, "backup": "neural"}),
-        "ssd": ([*ssd(), "--ssd-fanout", "geometric", "--ssd-draft-cores", "1", "--ssd-backup", "auto"],
-                {**meta, "backup": "auto"}),
+        "ssd": ([*ssd(), "--ssd-fanout", "geometric", "--ssd-draft-cores", "1"], meta),
     }
     chain = ["--ssd-draft-chain", f"{ngram},{draft}"]
     out["sd3"] = ([*ssd(), *chain, "--ssd-mode", "sync", "--ssd-draft-cores", "1", "--ssd-backup", "neural"],
                   {**meta, "backup": "neural", "levels": 3})
-    out["ssd3"] = ([*ssd(), *chain, "--ssd-fanout", "geometric", "--ssd-draft-cores", "1", "--ssd-backup", "auto"],
-                   {**meta, "backup": "auto", "levels": 3})
+    out["ssd3"] = ([*ssd(), *chain, "--ssd-fanout", "geometric", "--ssd-draft-cores", "1"], {**meta, "levels": 3})
     # what a user typing `--ssd-k auto` gets: ΣF from the calibration, K per round, the draft depth steered
     out["ssd_kauto"] = (["--speculative-algorithm", "SSD", "--speculative-draft-model-path", draft, "--ssd-k", "auto",
-                         "--ssd-draft-cores", "1"], {**meta, "k": "auto", "budget": 0, "backup": "auto"})
+                         "--ssd-draft-cores", "1"], {**meta, "k": "auto", "budget": 0})
     # No --ssd-k / --ssd-budget: what a user who names no SSD setting gets (target/defaults.py).
     out["ssd_default"] = (["--speculative-algorithm", "SSD", "--speculative-draft-model-path", draft,
-                           "--ssd-draft-cores", "1"], {**meta, "k": "default", "budget": 0, "backup": "auto"})
+                           "--ssd-draft-cores", "1"], {**meta, "k": "default", "budget": 0})
     for kk in k_variants:  # fixed-K SSD points next to `--ssd-k auto`
-        out[f"ssd_k{kk}"] = ([*ssd(kk), "--ssd-draft-cores", "1", "--ssd-backup", "auto"],
-                             {**meta, "k": int(kk), "backup": "auto"})
+        out[f"ssd_k{kk}"] = ([*ssd(kk), "--ssd-draft-cores", "1"], {**meta, "k": int(kk)})
     for bb in budget_variants:  # the speculation budget ΣF, geometric and uniform fan-out
         for tag, fan in (("b", "geometric"), ("u", "uniform")):
-            out[f"ssd_{tag}{bb}"] = ([*ssd(bb=bb), "--ssd-fanout", fan, "--ssd-draft-cores", "1", "--ssd-backup", "auto"],
-                                     {**meta, "budget": int(bb), "fanout": fan, "backup": "auto"})
+            out[f"ssd_{tag}{bb}"] = ([*ssd(bb=bb), "--ssd-fanout", fan, "--ssd-draft-cores", "1"],
+                                     {**meta, "budget": int(bb), "fanout": fan})
     # the ablations (--ablations runs them all)
     out |= {
         "ssd_uniform": ([*ssd(), "--ssd-fanout", "uniform", "--ssd-draft-cores", "1"],
-                        {**meta, "fanout": "uniform", "backup": "auto"}),
+                        {**meta, "fanout": "uniform"}),
         "ssd_neural": ([*ssd(), "--ssd-backup", "neural", "--ssd-draft-cores", "1"], {**meta, "backup": "neural"}),
-        "ssd_fast": ([*ssd(), "--ssd-backup", "fast", "--ssd-draft-cores", "1"], {**meta, "backup": "fast"}),
+        "ssd_backup_auto": ([*ssd(), "--ssd-backup", "auto", "--ssd-draft-cores", "1"], {**meta, "backup": "auto"}),
         "ssd_c0.5": ([*ssd(), "--ssd-saguaro-c", "0.5", "--ssd-draft-cores", "1"],
-                     {**meta, "saguaro_c": 0.5, "backup": "auto", "t_min": 0.01}),
+                     {**meta, "saguaro_c": 0.5, "t_min": 0.01}),
         "ssd_qsparse": ([*ssd(), "--ssd-q-support", "64", "--ssd-draft-cores", "1"],
-                        {**meta, "backup": "auto", "q_support": 64, "t_min": 0.01}),
+                        {**meta, "q_support": 64, "t_min": 0.01}),
         "ssd_c0.2": ([*ssd(), "--ssd-saguaro-c", "0.2", "--ssd-draft-cores", "1"],
-                     {**meta, "saguaro_c": 0.2, "backup": "auto", "t_min": 0.01}),
+                     {**meta, "saguaro_c": 0.2, "t_min": 0.01}),
     }
     return out
 

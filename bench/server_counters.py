@@ -40,6 +40,9 @@ def main() -> int:
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--out", default="/tmp/server_counters")
+    ap.add_argument("--server-args", default="",
+                    help="extra server flags after the configuration's own (a later flag wins), "
+                         "e.g. '--ssd-backup neural'")
     args = ap.parse_args()
     known = configs(args.draft, "4", "24", k_variants_named([args.config]))
     if args.config not in known:
@@ -48,7 +51,7 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     dataset = prepare_dataset("prompts", out)
-    server = SGLangServer(["--model-path", args.target, *CPU_SERVER_ARGS, *known[args.config][0]],
+    server = SGLangServer(["--model-path", args.target, *CPU_SERVER_ARGS, *known[args.config][0], *args.server_args.split()],
                           cpu_cores={0}, log_path=str(out / f"{args.config}.log")).start()
     try:
         warm_up(server, args.temperature)

@@ -66,7 +66,10 @@ class DraftSettings:
     fanout: str = field(default="geometric", metadata=_flag(str, "fan-out over the K positions: geometric or uniform"))
     budget: int = field(default=24, metadata=_flag(int, "Σ F_k: branches per request per round"))
     saguaro_c: float = field(default=1.0, metadata=_flag(float, "Saguaro C in [0, 1] (1 = off)"))
-    backup: str = field(default="auto", metadata=_flag(str, "backup draft on a miss: auto, neural or fast"))
+    # fast: a neural backup drafts K tokens on a miss, and the round after it then forks its budget over
+    # K + 1 outcomes instead of the bonus alone. In every sweep point where `auto` turned neural (8 of
+    # the 2026-12-06 grids' c = 1-2 points) the hit rate fell to 0.34-0.56 against 0.71-0.83 (bench/NOTEBOOK.md)
+    backup: str = field(default="fast", metadata=_flag(str, "backup draft on a miss: fast, neural or auto"))
     mode: str = field(default="async", metadata=_flag(str, "async (SSD) or sync (the SD baseline)"))
     q_support: int = field(default=0, metadata=_flag(int, "draft samples from its top-S tokens, q′ travels "
                                                            "sparse (0 = full vocabulary)"))  # fmt: skip

@@ -13,7 +13,7 @@ from sglang_ssd.target.draft_fleet import draft_server_command
 from sglang_ssd.target.ssd_config import SSDConfig, add_ssd_arguments, config_from_args
 from sglang_ssd.wire.settings import AUTO_K_MAX, ConfigError, DraftSettings
 
-NON_DEFAULT = dict(k=3, fanout="uniform", budget=9, saguaro_c=0.5, backup="fast", mode="sync", q_support=64,
+NON_DEFAULT = dict(k=3, fanout="uniform", budget=9, saguaro_c=0.5, backup="auto", mode="sync", q_support=64,
                    l0_tokens=2, l0_temperature=0.4, draft_temperature="auto")  # fmt: skip
 
 
