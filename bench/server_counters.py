@@ -23,6 +23,10 @@ def differences(before: dict, after: dict, prefix: str = "") -> list[str]:
     for key, value in after.items():
         if isinstance(value, dict):
             out += differences(before.get(key) or {}, value, f"{prefix}{key}.")
+        elif isinstance(value, list) and all(isinstance(v, (int, float)) for v in value):
+            was = before.get(key) or [0] * len(value)
+            if value != was:  # e.g. auto-K's rounds by K (the delta: this run's share)
+                out.append(f"{prefix}{key}: {value} (delta {[round(v - w, 4) for v, w in zip(value, was)]})")
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             delta = value - (before.get(key) or 0)
             if delta:

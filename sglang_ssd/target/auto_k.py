@@ -56,6 +56,12 @@ SWITCH_MARGIN = 0.05  # predicted gain needed to switch between plain decoding a
 PARK_AFTER = 24
 CLEAR_LOSS = 1.5
 MAX_GAP_S = 1.0  # a longer pause between steps is idleness, not scheduler work
+# A deeper K is weighed only while the token it adds, α^(K+1), is at least this share of E(α, K). Below
+# it the gain is inside the noise of the step estimates (one c = 2 run measured width ratios 1.19,
+# 1.68, 1.40, 1.46, 1.51 for widths 4-8) and a deeper tree costs the draft server time the rates do
+# not see; that run chose K = 5-7 in a third of its rounds, and changed the draft depth 114 times in
+# 700. At α = 0.5 the ceiling is K = 3, at 0.6 K = 4, at 0.8 K = 7.
+DEPTH_GAIN_MIN = 0.04
 
 
 class AutoK:
@@ -73,6 +79,7 @@ class AutoK:
         self.until_explore: dict[int, int] = {}  # bucket -> rounds left before its next exploration
         self.parked_every: dict[int, int] = {}  # bucket -> its current parked exploration interval
         self.chosen = [0] * (k_max + 1)
+        self.chosen_in: dict[int, list[int]] = {}  # bucket -> rounds by the K chosen
         self.asked: int | None = None  # the depth last asked of the draft server
         self.rng = random.Random(seed)
 
@@ -111,13 +118,20 @@ class AutoK:
         """Rounds bucket ``b`` measured at a drafted width (every one after its first plain step)."""
         return sum(int(n) for (bb, _), (_, n) in self.ratios.items() if bb == b)
 
+    def ceiling(self) -> int:
+        """The deepest K worth weighing at the live α (``DEPTH_GAIN_MIN``), at most ``k_max``."""
+        a, k = self.alpha, 1
+        while k < self.k_max and a ** (k + 1) >= DEPTH_GAIN_MIN * expected_tokens(a, k):
+            k += 1
+        return k
+
     def predicted_rate(self, batch: int, k: int) -> float | None:
         """Tokens per ms per request at ``k`` drafted tokens; None before the bucket is measured."""
         t = self.step_ms(batch, k + 1)
         return None if t is None else expected_tokens(self.alpha, k) / (t + self.gap_ms)
 
     def choose(self, batch: int) -> int:
-        b = self.bucket(batch)
+        b, top = self.bucket(batch), self.ceiling()
         seen = self.seen.get(b, set())
         # Plain decoding already wins here, or at a smaller batch size (verification only grows
         # costlier with the batch): drafts are tried rarely and short, since each try re-opens the
@@ -134,11 +148,12 @@ class AutoK:
         elif len(seen) < 2:
             k = 1 if explore or not parked else 0
         elif explore:
-            k = self.rng.randint(1, min(2, self.k_max)) if parked else self.rng.randint(0, self.k_max)
+            # (a draw past the ceiling explores the ceiling: plain decoding keeps its share of the draws)
+            k = self.rng.randint(1, min(2, top)) if parked else min(self.rng.randint(0, self.k_max), top)
         else:
-            rates = [self.predicted_rate(batch, k) for k in range(self.k_max + 1)]
-            k = max(range(self.k_max + 1), key=rates.__getitem__)
-            drafting = max(range(1, self.k_max + 1), key=rates.__getitem__)
+            rates = [self.predicted_rate(batch, k) for k in range(top + 1)]
+            k = max(range(top + 1), key=rates.__getitem__)
+            drafting = max(range(1, top + 1), key=rates.__getitem__)
             # Parking and un-parking cost re-opens and draft prefills that the step rates do not
             # see: a near-tie keeps the bucket on its side instead of flapping.
             if self.best.get(b) == 0 and k and rates[k] < (1 + SWITCH_MARGIN) * rates[0]:
@@ -152,6 +167,7 @@ class AutoK:
             if k:
                 self.parked_every.pop(b, None)
         self.chosen[k] += 1
+        self.chosen_in.setdefault(b, [0] * (self.k_max + 1))[k] += 1
         return k
 
     def depth(self, batch: int) -> int:
@@ -161,7 +177,7 @@ class AutoK:
         verified spends its verify window on that depth only; verification never needs more, and an
         exploration of a larger K verifies what was drafted."""
         best = self.best.get(self.bucket(batch))
-        self.asked = self.k_max if best is None else best if best > 0 else min(2, self.k_max)
+        self.asked = self.ceiling() if best is None else best if best > 0 else min(2, self.k_max)
         return self.asked
 
     def observe(self, batch: int, width: int, step_ms: float, gap_ms: float | None, accepted: list[int],
@@ -193,6 +209,7 @@ class AutoK:
             "ssd_auto_k_alpha": self.alpha,
             "ssd_auto_k_gap_ms": self.gap_ms,
             "ssd_auto_k_chosen": list(self.chosen),
+            "ssd_auto_k_chosen_by_bucket": {f"bucket{b}": list(n) for b, n in sorted(self.chosen_in.items())},
             "ssd_auto_k_depth": self.asked,
             # Expected step ms per batch-size bucket (1 = batch 1, 2 = 2-3, 3 = 4-7, ...) at plain
             # decoding and at the full draft; None where not yet estimable (a parked bucket).

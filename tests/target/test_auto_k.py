@@ -220,7 +220,7 @@ def test_a_parked_bucket_asks_for_the_explorations_depth_only():
     auto = AutoK(4)
     simulate(auto, CPU_STEP_MS, 0.15, lambda i: 1, rounds=200)
     assert auto.best[1] == 0 and auto.depth(1) == 2
-    assert AutoK(6).depth(3) == 6  # a bucket with no choice yet: the ceiling
+    assert AutoK(6).depth(3) == 3  # a bucket with no choice yet: the ceiling at the prior α = 0.5
 
 
 def _unlucky_start(auto: AutoK, rounds: int) -> list[int]:
@@ -279,3 +279,19 @@ def test_a_large_batch_decides_on_its_first_measurements():
         auto.observe(8, k + 1, 50.0 * (1.0 + 0.3 * (k > 0) + 0.05 * k), 2.0, acc, [k] * 8)
     assert auto.best[auto.bucket(8)] == 0
     assert sum(k > 0 for k in picks) <= 8, picks
+
+
+def test_the_ceiling_leaves_out_depths_whose_extra_token_is_inside_the_noise():
+    """K + 1 is weighed while α^(K+1) ≥ DEPTH_GAIN_MIN · E(α, K): a weak draft is not asked for tokens
+    it would almost never get accepted, a strong one keeps its depth."""
+    auto = AutoK(7)
+    for alpha, top in ((0.2, 1), (0.5, 3), (0.6, 4), (0.8, 7)):
+        auto.accepted, auto.judged = alpha * 1e6, 1e6
+        assert auto.ceiling() == top, alpha
+    auto.accepted, auto.judged = 0.5e6, 1e6
+    # even where the measured step costs make K = 7 look fastest (noisy ratios), the choice stays ≤ 3
+    for w in (1, 2, 3, 4, 8):
+        for _ in range(5):
+            auto.observe(1, w, {1: 30.0, 2: 40.0, 3: 40.0, 4: 40.0, 8: 30.0}[w], 2.0, [0], [w - 1])
+    picks = [auto.choose(1) for _ in range(200)]
+    assert max(picks) <= 3 and auto.depth(1) <= 3
