@@ -21,7 +21,10 @@ CALIBRATION_NAME = "calibration.json"
 # The shipped draft's greedy per-token acceptance on held-out text is 0.43-0.50
 # (sglang_ssd/tools/weights/draft_eval*.json): the planner prices K with the middle of that range.
 PRIOR_ALPHA = 0.47
-TREE_SHARE = 0.75  # the most of a verify step the planner may fill with the pre-speculation tree
+# The most of a verify step the planner may fill with the pre-speculation tree. The tree's forwards also
+# slow the target's (one memory bus): at 0.75 this machine's pick was ΣF = 33, and its rounds took 83-86
+# ms against 76 ms for fixed K at ΣF = 12, for 0.03 more tokens a round (results/sigmaf33_2026-12-06/).
+TREE_SHARE = 0.5
 # auto-K matched the best fixed K at c = 1-2 and fell back to plain decoding from c = 4, where every
 # fixed K lost to AR (bench/results/defaults_grid_2026-12-05)
 DEFAULT_K = "auto"
