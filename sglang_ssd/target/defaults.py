@@ -6,7 +6,7 @@ draft server drafts the K it picks (``target/auto_k.py``). `make models` measure
 by verify width and the draft's steps and tree rounds (``bench/calibrate.py --quick``) into
 ``models/calibration.json``, next to the model folders; auto-K's ΣF, unless ``--ssd-budget`` names
 one, is the planner's (``sglang_ssd/planner/choose.py``) for its fastest SSD configuration at batch 1
-whose tree leaves a quarter of the verify step free. The launcher prints the choice and why in one
+whose tree takes at most half of the verify step. The launcher prints the choice and why in one
 line. Without a calibration file ΣF is the constant of ``wire/settings.py`` (24), and the line says so."""
 
 from __future__ import annotations
