@@ -78,7 +78,6 @@ class AutoK:
         self.best: dict[int, int] = {}  # bucket -> the last K the model chose (not an exploration)
         self.until_explore: dict[int, int] = {}  # bucket -> rounds left before its next exploration
         self.parked_every: dict[int, int] = {}  # bucket -> its current parked exploration interval
-        self.chosen = [0] * (k_max + 1)
         self.chosen_in: dict[int, list[int]] = {}  # bucket -> rounds by the K chosen
         self.asked: int | None = None  # the depth last asked of the draft server
         self.rng = random.Random(seed)
@@ -86,6 +85,11 @@ class AutoK:
     @staticmethod
     def bucket(batch: int) -> int:
         return min(batch.bit_length(), 6)  # 1, 2-3, 4-7, ... batch sizes share estimates
+
+    @property
+    def chosen(self) -> list[int]:
+        """Rounds by the K chosen, over all buckets."""
+        return [sum(n) for n in zip(*self.chosen_in.values())] or [0] * (self.k_max + 1)
 
     @property
     def alpha(self) -> float:
@@ -166,7 +170,6 @@ class AutoK:
             self.best[b] = k
             if k:
                 self.parked_every.pop(b, None)
-        self.chosen[k] += 1
         self.chosen_in.setdefault(b, [0] * (self.k_max + 1))[k] += 1
         return k
 
@@ -208,7 +211,7 @@ class AutoK:
         return {
             "ssd_auto_k_alpha": self.alpha,
             "ssd_auto_k_gap_ms": self.gap_ms,
-            "ssd_auto_k_chosen": list(self.chosen),
+            "ssd_auto_k_chosen": self.chosen,
             "ssd_auto_k_chosen_by_bucket": {f"bucket{b}": list(n) for b, n in sorted(self.chosen_in.items())},
             "ssd_auto_k_depth": self.asked,
             # Expected step ms per batch-size bucket (1 = batch 1, 2 = 2-3, 3 = 4-7, ...) at plain
