@@ -32,6 +32,13 @@ between plain decoding and drafting needs a predicted gain of `SWITCH_MARGIN`, s
 re-opening cost more than the step rates show; within drafting the best K is taken as is. Batch 1
 parks only after `PARK_AFTER` drafted rounds, unless plain decoding is predicted `CLEAR_LOSS` times
 faster: on fewer, a few bad first drafts could park it for hundreds of rounds.
+
+Re-opening is priced where it is paid. Leaving plain decoding re-opens every request of the batch on
+the draft server (a draft prefill of its context, waited for), so a parked batch's drafted rates carry
+that cost, measured per request, spread over the rounds the batch is expected to stay in its bucket
+(the running mean of its visits). Without it two neighbouring buckets that disagree flap: at c = 8 the
+batch dips from 8 to 7 for a round whenever a request ends, and a drafting 4-7 bucket beside a parked
+8 bucket re-opened the whole batch at each dip.
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ SWITCH_MARGIN = 0.05  # predicted gain needed to switch between plain decoding a
 PARK_AFTER = 24
 CLEAR_LOSS = 1.5
 MAX_GAP_S = 1.0  # a longer pause between steps is idleness, not scheduler work
+VISIT_PRIOR = 16.0  # rounds a bucket is expected to hold the batch before one of its visits ended
 # A deeper K is weighed only while the token it adds, α^(K+1), is at least this share of E(α, K). Below
 # it the gain is inside the noise of the step estimates (one c = 2 run measured width ratios 1.19,
 # 1.68, 1.40, 1.46, 1.51 for widths 4-8) and a deeper tree costs the draft server time the rates do
@@ -80,6 +88,11 @@ class AutoK:
         self.parked_every: dict[int, int] = {}  # bucket -> its current parked exploration interval
         self.chosen_in: dict[int, list[int]] = {}  # bucket -> rounds by the K chosen
         self.asked: int | None = None  # the depth last asked of the draft server
+        self.reopen_ms = 0.0  # running mean of the wait for opening one request on the draft server
+        self.visits: dict[int, list[float]] = {}  # bucket -> [running mean of its visits' rounds, count]
+        self.visit = (0, 0)  # (bucket, rounds so far) of the visit in progress
+        self.last_k: int | None = None  # 0: the batch is parked (its requests closed on the draft server)
+        self.switches = 0  # rounds that switched between plain decoding and drafting
         self.rng = random.Random(seed)
 
     @staticmethod
@@ -129,13 +142,36 @@ class AutoK:
             k += 1
         return k
 
+    def expected_visit(self, b: int) -> float:
+        """Rounds the batch is expected to stay in bucket ``b``: the mean of its past visits, or the
+        visit in progress once it is longer (a batch size that holds stops paying for re-opens)."""
+        v = self.visits.get(b)
+        now = self.visit[1] if self.visit[0] == b else 0
+        return max(VISIT_PRIOR if v is None else v[0], now, 1.0)
+
     def predicted_rate(self, batch: int, k: int) -> float | None:
-        """Tokens per ms per request at ``k`` drafted tokens; None before the bucket is measured."""
+        """Tokens per ms per request at ``k`` drafted tokens; None before the bucket is measured. A
+        draft from a parked batch pays its re-opens, spread over the bucket's expected visit."""
         t = self.step_ms(batch, k + 1)
-        return None if t is None else expected_tokens(self.alpha, k) / (t + self.gap_ms)
+        if t is None:
+            return None
+        if k and self.last_k == 0:
+            t += self.reopen_ms * batch / self.expected_visit(self.bucket(batch))
+        return expected_tokens(self.alpha, k) / (t + self.gap_ms)
+
+    def _count_visit(self, b: int) -> None:
+        """One more round in bucket ``b``; a change of bucket ends the previous visit."""
+        last, n = self.visit
+        if b != last and n:
+            v = self.visits.setdefault(last, [float(n), 0])
+            v[0] = n if v[1] == 0 else (1 - EMA) * v[0] + EMA * n
+            v[1] += 1
+            n = 0
+        self.visit = (b, n + 1)
 
     def choose(self, batch: int) -> int:
         b, top = self.bucket(batch), self.ceiling()
+        self._count_visit(b)
         seen = self.seen.get(b, set())
         # Plain decoding already wins here, or at a smaller batch size (verification only grows
         # costlier with the batch): drafts are tried rarely and short, since each try re-opens the
@@ -171,6 +207,9 @@ class AutoK:
             if k:
                 self.parked_every.pop(b, None)
         self.chosen_in.setdefault(b, [0] * (self.k_max + 1))[k] += 1
+        if self.last_k is not None and (k == 0) != (self.last_k == 0):
+            self.switches += 1
+        self.last_k = k
         return k
 
     def depth(self, batch: int) -> int:
@@ -184,10 +223,14 @@ class AutoK:
         return self.asked
 
     def observe(self, batch: int, width: int, step_ms: float, gap_ms: float | None, accepted: list[int],
-                drafted: list[int]) -> None:
-        """One round: ``step_ms`` the worker's whole step at ``width``; ``gap_ms`` the time since the
-        previous step ended (None for the first); the accepted and drafted counts per request."""
+                drafted: list[int], opened: int = 0, open_ms: float = 0.0) -> None:
+        """One round: ``step_ms`` the worker's whole step at ``width``, without opening requests;
+        ``gap_ms`` the time since the previous step ended (None for the first); the accepted and
+        drafted counts per request; ``opened`` requests opened on the draft server in ``open_ms``."""
         b = self.bucket(batch)
+        if opened:
+            per = open_ms / opened
+            self.reopen_ms = per if self.reopen_ms == 0 else (1 - EMA) * self.reopen_ms + EMA * per
         self.seen.setdefault(b, set()).add(width)
         plain = self.plain.get(b)
         m = None
@@ -214,6 +257,9 @@ class AutoK:
             "ssd_auto_k_chosen": self.chosen,
             "ssd_auto_k_chosen_by_bucket": {f"bucket{b}": list(n) for b, n in sorted(self.chosen_in.items())},
             "ssd_auto_k_depth": self.asked,
+            "ssd_auto_k_switches": self.switches,
+            "ssd_auto_k_reopen_ms": self.reopen_ms,
+            "ssd_auto_k_visit_rounds": {f"bucket{b}": round(v[0], 2) for b, v in sorted(self.visits.items())},
             # Expected step ms per batch-size bucket (1 = batch 1, 2 = 2-3, 3 = 4-7, ...) at plain
             # decoding and at the full draft; None where not yet estimable (a parked bucket).
             "ssd_auto_k_step_ms": {

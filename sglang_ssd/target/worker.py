@@ -69,6 +69,7 @@ class SSDWorker(BaseSpecWorker):
         self.auto_k = AutoK(self.k) if self.config.k == "auto" else None
         self._last_step_end = 0.0
         self._open_s = 0.0
+        self._opened = 0
         self.stats = metrics.SSDStats()
         self.enable_metrics = bool(getattr(server_args, "enable_metrics", False))
         # the diagnostic per-part timers (module_timers.py), only when asked for
@@ -121,6 +122,7 @@ class SSDWorker(BaseSpecWorker):
     def _forward_round(self, batch, on_publish, pp_proxy_tensors):
         clock = RoundClock()
         self._open_s = 0.0  # opening new requests on the draft server: once per request, not per round
+        self._opened = 0
         specs, proposal, hits = self._propose(batch, clock)
         chain = verify_chain_ids(batch, proposal.tokens).to(self.device)  # [bs, d]
         d = chain.shape[1]
@@ -167,6 +169,7 @@ class SSDWorker(BaseSpecWorker):
             for i, spec in zip(new, self.link.open_many(opens)):
                 specs[i] = spec
             self._open_s += time.perf_counter() - t
+            self._opened += len(new)
         return specs
 
     def _park(self, batch) -> list[None]:
@@ -241,7 +244,8 @@ class SSDWorker(BaseSpecWorker):
         if self.auto_k:
             gap_ms = 1000 * (clock.start - self._last_step_end) if self._last_step_end else None
             step_ms = 1000 * (clock.end - clock.start - self._open_s)
-            self.auto_k.observe(bs, d, step_ms, gap_ms, k_list, proposal.num_draft.tolist())
+            self.auto_k.observe(bs, d, step_ms, gap_ms, k_list, proposal.num_draft.tolist(),
+                                opened=self._opened, open_ms=1000 * self._open_s)
         self._last_step_end = clock.end
         if self.enable_metrics and self.stats.rounds % 16 == 0:
             metrics.export_prometheus()

@@ -295,3 +295,49 @@ def test_the_ceiling_leaves_out_depths_whose_extra_token_is_inside_the_noise():
             auto.observe(1, w, {1: 30.0, 2: 40.0, 3: 40.0, 4: 40.0, 8: 30.0}[w], 2.0, [0], [w - 1])
     picks = [auto.choose(1) for _ in range(200)]
     assert max(picks) <= 3 and auto.depth(1) <= 3
+
+
+def dips(auto: AutoK, rounds: int, reopen_ms: float = 12.0, seed: int = 0):
+    """c = 8: the batch is 8, and 7 for one round in six (a request ended, its successor is in prefill).
+    Drafting K = 1 wins by 9 % at 7 (bucket 4-7) and loses by 9 % at 8, before re-opens; leaving plain
+    decoding re-opens every request of the batch (``reopen_ms`` each, waited for). ⇒ tokens per ms."""
+    steps = {7: {1: 90.0, 2: 124.0, 3: 150.0}, 8: {1: 95.0, 2: 155.0, 3: 185.0}}
+    rng, tokens, ms, last = random.Random(seed), 0.0, 0.0, 0
+    for i in range(rounds):
+        bs = 7 if i % 6 == 5 else 8
+        k = min(auto.choose(bs), 2)
+        opened = bs if k and last == 0 else 0
+        accepted = [sum(1 for _ in range(k) if rng.random() < 0.5) for _ in range(bs)]
+        step = steps[bs][k + 1] * (1 + 0.03 * rng.uniform(-1, 1))
+        auto.observe(bs, k + 1, step, 3.0, accepted, [k] * bs, opened=opened, open_ms=reopen_ms * opened)
+        tokens += sum(accepted) + bs
+        ms += step + 3.0 + reopen_ms * opened
+        last = k
+    return tokens / ms
+
+
+def test_a_short_dip_into_a_drafting_bucket_does_not_re_open_the_batch(monkeypatch):
+    """Re-opens are priced over the bucket's visits: a one-round dip to batch 7 stays parked, where
+    pricing nothing (the earlier rule) re-opened all requests at every dip and lost to plain decoding."""
+    plain = (5 * 8 + 7) / (5 * 95.0 + 90.0 + 6 * 3.0)  # tokens per ms with every round plain
+    auto = AutoK(2)
+    rate = dips(auto, 1200)
+    assert auto.switches < 40, auto.switches  # explorations only (the dips alone are 200)
+    assert rate >= 0.97 * plain, (rate, plain)
+    monkeypatch.setattr(AutoK, "expected_visit", lambda self, b: float("inf"))  # re-opens priced at 0
+    unpriced = AutoK(2)
+    unpriced_rate = dips(unpriced, 1200)
+    assert unpriced.switches > 150 and unpriced_rate < 0.95 * plain, (unpriced.switches, unpriced_rate, plain)
+
+
+def test_a_batch_size_that_holds_still_un_parks_when_drafting_wins():
+    """The re-open charge fades as a visit grows: at a steady batch of 7 the draft that wins by 9 % is
+    taken, re-opens included."""
+    auto, rng, steps, last = AutoK(2), random.Random(0), {1: 90.0, 2: 124.0, 3: 150.0}, 0
+    for _ in range(400):
+        k = auto.choose(7)
+        accepted = [sum(1 for _ in range(k) if rng.random() < 0.5) for _ in range(7)]
+        opened = 7 if k and last == 0 else 0
+        auto.observe(7, k + 1, steps[k + 1], 3.0, accepted, [k] * 7, opened=opened, open_ms=12.0 * opened)
+        last = k
+    assert auto.chosen[1] > 0.8 * sum(auto.chosen), auto.chosen
