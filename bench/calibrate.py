@@ -431,18 +431,6 @@ def draft_line(result: dict, draft: Path, weights: Path = WEIGHTS) -> str | None
             f"draft {step:.2f} ms, target {target:.2f} ms)")
 
 
-def update_readme_curve(line: str) -> None:
-    readme = ROOT / "bench" / "README.md"
-    lines = readme.read_text().splitlines()
-    hits = [i for i, text in enumerate(lines) if text.startswith(CURVE_PREFIX)]
-    if not hits:
-        log(f"{readme}: no line starting {CURVE_PREFIX.strip()!r}; not updated")
-        return
-    lines[hits[0]] = line
-    readme.write_text("\n".join(lines) + "\n")
-    log(f"{readme}: verify curve line updated")
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default=str(ROOT / "models" / "target"))
@@ -532,16 +520,16 @@ def main(argv: list[str] | None = None) -> None:
 
 def write_lines(result: dict, draft: Path, readme: bool) -> None:
     """Log the fixed-form lines of a calibration and, unless told not to, write them into bench/README.md."""
+    from bench.readme_blocks import write_line
+
     line = curve_line(result["target"])
     log(line.strip())
     if readme:
-        update_readme_curve(line)
+        write_line(CURVE_PREFIX.strip(), line.strip())
     dline = draft_line(result, draft)
     if dline:
         log(dline)
         if readme:
-            from bench.readme_blocks import write_line
-
             write_line(DRAFT_PREFIX, dline)
 
 

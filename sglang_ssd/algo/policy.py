@@ -125,7 +125,14 @@ class Ewma:
 
 class BackupPolicy:
     """Picks the backup (neural or fast) for the next round from live estimates of p_hit, E_hit,
-    E_miss and T_b of each backup, and T_p — the batch form of the speedup model with p_hit^b."""
+    E_miss and T_b of each backup, and T_p — the batch form of the speedup model with p_hit^b.
+
+    The backup also sets the next round's hit rate: after a fast backup's empty speculation the next
+    tree spends its whole fan-out on the bonus token, after a neural backup's K tokens it spreads it
+    over K + 1 outcomes. So p_hit is not one estimate but one per origin of the speculation a tree
+    follows (a cache hit, or either backup), and each backup is priced at the long-run hit rate it
+    leads to (:meth:`hit_rate`). Priced at one shared p_hit the neural backup looked better whenever it
+    lowered the hit rate, since that lowered both kinds' figures alike."""
 
     def __init__(
         self,
@@ -141,11 +148,12 @@ class BackupPolicy:
         neural = neural or BackupOption(E_miss=3.0, T_b=1.0)
         fast = fast or BackupOption(E_miss=1.0, T_b=0.0)
         self.whole_batch_backup = whole_batch_backup
-        self.p_hit = Ewma(p_hit, decay)
         self.E_hit = Ewma(E_hit, decay)
         self.T_p = Ewma(T_p, decay)
         self.E_miss = {"neural": Ewma(neural.E_miss, decay), "fast": Ewma(fast.E_miss, decay)}
         self.T_b = {"neural": Ewma(neural.T_b, decay), "fast": Ewma(fast.T_b, decay)}
+        # P(a request's lookup hits | the speculation its tree followed came from a hit / a backup)
+        self.p_next = {origin: Ewma(p_hit, decay) for origin in ("hit", "neural", "fast")}
 
     def observe(
         self,
@@ -158,14 +166,20 @@ class BackupPolicy:
         T_verify: float | None = None,
         T_spec: float | None = None,
         T_backup: float | None = None,
+        next_hits: dict[str, tuple[int, int]] | None = None,
     ) -> None:
         """One round: ``hits`` of ``requests`` were served from the cache; ``tokens_hit`` /
         ``tokens_miss`` are the tokens emitted by the hit / missed requests (summed); misses went to
-        ``backup``. Times in any unit, normalized by ``T_verify``."""
+        ``backup``. Times in any unit, normalized by ``T_verify``. ``next_hits``: per origin of the
+        speculations verified ("hit", "neural", "fast"), (lookups that hit, lookups) of the trees that
+        followed them."""
         if not 0 <= hits <= requests:
             raise ValueError("hits must be in [0, requests]")
-        if requests:
-            self.p_hit.update(hits / requests, requests)
+        for origin, (h, n) in (next_hits or {}).items():
+            if not 0 <= h <= n:
+                raise ValueError(f"next_hits[{origin!r}] must be (hits, lookups) with 0 ≤ hits ≤ lookups")
+            if n:
+                self.p_next[origin].update(h / n, n)
         if hits:
             self.E_hit.update(tokens_hit / hits, hits)
         misses = requests - hits
@@ -177,11 +191,18 @@ class BackupPolicy:
             if T_backup is not None and backup is not None and misses:
                 self.T_b[backup].update(T_backup / T_verify)
 
+    def hit_rate(self, kind: BackupKind) -> float:
+        """The long-run hit rate with ``kind`` as the backup. A request's rounds are a two-state chain:
+        after a hit the next lookup hits with p_h, after a backup with p_b; its share of hits is
+        p_b / (1 − p_h + p_b)."""
+        p_h, p_b = self.p_next["hit"].value, self.p_next[kind].value
+        return p_b / (1.0 - p_h + p_b) if p_b > 0 else 0.0
+
     def speedups(self, batch_size: int) -> dict[str, float]:
         """The model's per-request speedup over AR with each backup, at the live estimates."""
         return {
             kind: batch_ssd_speedup(
-                self.p_hit.value,
+                self.hit_rate(kind),
                 batch_size,
                 self.E_hit.value,
                 self.E_miss[kind].value,

@@ -248,11 +248,13 @@ class DraftEngine:
         return hits, partial, missed
 
     def _observe_round(self, valid: list[Entry], found: list, missed: list[Entry], now: float) -> None:
-        for _i, req, o, *_ in found:
-            self._observe(req, o, True)
-        for _i, req, o in missed:
-            self._observe(req, o, False)
-        self._observe_policy(valid, now)
+        next_hits: dict[str, tuple[int, int]] = {}  # per origin of the verified speculation: its tree's lookups
+        for entries, hit in ((found, True), (missed, False)):
+            for _i, req, o, *_ in entries:
+                self._observe(req, o, hit)
+                h, n = next_hits.get(req.spec_origin, (0, 0))
+                next_hits[req.spec_origin] = (h + hit, n + 1)
+        self._observe_policy(valid, now, next_hits)
 
     def _observe(self, req: RequestState, o: OutcomeMsg, hit: bool) -> None:
         if self.tau1 is not None:
@@ -270,8 +272,9 @@ class DraftEngine:
         self.stats.count("accepted_tokens", o.accepted)
         self.stats.count("drafted_tokens", len(req.spec))
 
-    def _observe_policy(self, valid: list[Entry], now: float) -> None:
-        """Feed the backup policy: what the speculations verified this round came from and yielded."""
+    def _observe_policy(self, valid: list[Entry], now: float, next_hits: dict[str, tuple[int, int]]) -> None:
+        """Feed the backup policy: what the speculations verified this round came from and yielded, and
+        how the lookups of the trees that followed them went."""
         origins = [(req.spec_origin, o.accepted + 1, req) for _, req, o in valid]
         from_hit = [n for origin, n, _ in origins if origin == "hit"]
         from_backup = [(origin, n) for origin, n, _ in origins if origin != "hit"]
@@ -286,6 +289,7 @@ class DraftEngine:
             t_verify=now - self._last_reply if self._last_reply else None,
             t_spec=sum(t_spec) / len(t_spec) if t_spec else None,
             t_backup=self._t_backup,
+            next_hits=next_hits,
         )
 
     def _serve_partial(self, partial: list[Partial], kind: str, results: list) -> None:

@@ -66,6 +66,12 @@ class FanoutPlanner:
         }
 
 
+# Under auto, every this many rounds the backup the policy did not pick serves the round's misses: the
+# policy learns each backup's figures only from rounds it served, and one left unused would keep its
+# priors for good (auto once settled on the neural backup this way for whole runs).
+EXPLORE_EVERY = 64
+
+
 class BackupChooser:
     """``mode``: "neural", "fast" or "auto" (per round from ``algo.policy.BackupPolicy``)."""
 
@@ -74,17 +80,25 @@ class BackupChooser:
             raise ValueError(f"backup must be auto, neural or fast, got {mode!r}")
         self.mode, self.k = mode, k
         self.policy = BackupPolicy() if mode == "auto" else None
+        self.rounds = 0
 
     def observe(self, *, hits: int, requests: int, tokens_hit: float, tokens_miss: float, backup: str | None,
-                t_verify: float | None, t_spec: float | None, t_backup: float | None) -> None:
+                t_verify: float | None, t_spec: float | None, t_backup: float | None,
+                next_hits: dict[str, tuple[int, int]] | None = None) -> None:
         """One round: of ``requests`` verified speculations ``hits`` came from the cache; tokens emitted
-        by those and by the backup-drafted rest; wall times in seconds (normalized by ``t_verify``)."""
+        by those and by the backup-drafted rest; wall times in seconds (normalized by ``t_verify``);
+        ``next_hits``: per origin of the verified speculations, (hits, lookups) of the trees after them."""
         if self.policy is None or requests == 0:
             return
         self.policy.observe(hits=hits, requests=requests, tokens_hit=tokens_hit, tokens_miss=tokens_miss,
-                            backup=backup, T_verify=t_verify, T_spec=t_spec, T_backup=t_backup)  # fmt: skip
+                            backup=backup, T_verify=t_verify, T_spec=t_spec, T_backup=t_backup,
+                            next_hits=next_hits)  # fmt: skip
 
     def choose(self, batch_size: int) -> str:
         if self.policy is None:
             return "neural" if self.mode == "auto" else self.mode
-        return self.policy.choose(max(1, batch_size))
+        kind = self.policy.choose(max(1, batch_size))
+        self.rounds += 1
+        if self.rounds % EXPLORE_EVERY == 0:
+            return "fast" if kind == "neural" else "neural"
+        return kind

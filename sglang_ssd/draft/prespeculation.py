@@ -44,15 +44,21 @@ class Prespeculator:
     def has_work(self) -> bool:
         return bool(self.table.prespeculating() or self.table.prefilling())
 
+    @staticmethod
+    def branch_rows(requests: list[RequestState], filling: bool) -> int | None:
+        """The rows of a step over ``requests`` that only grows trees (what the deadline learns and
+        predicts); None when it carries glue or prefill."""
+        if filling or any(r.stage is not Stage.TREE for r in requests):
+            return None
+        return sum(r.tree.num_branches for r in requests)
+
     def holdable_rows(self) -> int | None:
         """The branch rows of the next step when it only grows trees that have a step done already (a
-        round arriving instead finds them partial hits); None when it carries glue or prefill."""
+        round arriving instead finds them partial hits); None otherwise."""
         active = self.table.prespeculating()
-        if not active or self.table.prefilling():
+        if not active or any(r.stage is Stage.TREE and r.tree.steps_done == 0 for r in active):
             return None
-        if any(r.stage is not Stage.TREE or r.tree.steps_done == 0 for r in active):
-            return None
-        return sum(r.tree.num_branches for r in active)
+        return self.branch_rows(active, bool(self.table.prefilling()))
 
     def step(self) -> None:
         """One batched forward: pending pre-speculation (glue chains and branch steps of all requests)
@@ -61,8 +67,7 @@ class Prespeculator:
         filling, fill_spans = self._prefill_batch()
         if not batch and not filling:
             return
-        branch_rows = None if filling or any(r.stage is Stage.GLUE for r in batch) else \
-            sum(r.tree.num_branches for r in batch)
+        branch_rows = self.branch_rows(batch, bool(filling))
         t0 = time.perf_counter()
         with Timer(self.stats, "tree_step"):
             logits = self.model.forward(spans + fill_spans)

@@ -36,9 +36,9 @@ faster: on fewer, a few bad first drafts could park it for hundreds of rounds.
 Re-opening is priced where it is paid. Leaving plain decoding re-opens every request of the batch on
 the draft server (a draft prefill of its context, waited for), so a parked batch's drafted rates carry
 that cost, measured per request, spread over the rounds the batch is expected to stay in its bucket
-(the running mean of its visits). Without it two neighbouring buckets that disagree flap: at c = 8 the
-batch dips from 8 to 7 for a round whenever a request ends, and a drafting 4-7 bucket beside a parked
-8 bucket re-opened the whole batch at each dip.
+(the running mean of its visits). Without it two neighbouring buckets that disagree would flap: at
+c = 8 the batch dips from 8 to 7 for a round whenever a request ends, and a drafting 4-7 bucket beside
+a parked 8 bucket would re-open the whole batch at each dip.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 
 import pytest
 
@@ -115,9 +116,36 @@ def test_policy_learns_from_observed_rounds():
     for _ in range(100):
         policy.observe(**round_, tokens_miss=2 * 1.3, backup="neural", T_backup=12.0)
         policy.observe(**round_, tokens_miss=2 * 1.0, backup="fast", T_backup=0.1)
-    assert policy.p_hit.value == pytest.approx(0.75, abs=0.01)
+    assert policy.hit_rate("fast") == pytest.approx(0.9)  # no lookups observed: the prior
     assert policy.T_b["neural"].value == pytest.approx(1.2, abs=0.01)
     assert policy.E_miss["neural"].value == pytest.approx(1.3, abs=0.01)
     assert policy.choose(4) == "fast"
     with pytest.raises(ValueError, match="hits"):
         policy.observe(hits=9, requests=8)
+
+
+def test_each_backup_is_priced_at_the_hit_rate_it_leads_to():
+    """The lock-in the shared p_hit allowed: the neural backup emits more tokens on a miss, but the tree
+    after it hits less (its fan-out spreads over K + 1 outcomes). Priced at one p_hit it wins; priced
+    at the long-run hit rate each backup leads to, the fast backup wins, and the model agrees with the
+    brute-force two-state chain."""
+    neural, fast = BackupOption(E_miss=1.5, T_b=0.1), BackupOption(E_miss=1.0, T_b=0.0)
+    policy = BackupPolicy(p_hit=0.6, E_hit=2.0, T_p=1.0, neural=neural, fast=fast, decay=0.9)
+    assert policy.choose(1) == "neural"  # priors: every origin's trees hit alike
+    for _ in range(100):
+        policy.observe(hits=1, requests=1, tokens_hit=2.0,
+                       next_hits={"hit": (8, 10), "neural": (3, 10), "fast": (8, 10)})
+    p_neural, p_fast = policy.hit_rate("neural"), policy.hit_rate("fast")
+    assert p_neural == pytest.approx(0.3 / (1 - 0.8 + 0.3), abs=0.01)
+    assert p_fast == pytest.approx(0.8, abs=0.01)
+    # the chain, run: after a hit the next lookup hits with 0.8, after a neural backup with 0.3
+    rng, state, hits = random.Random(0), True, 0
+    for _ in range(20000):
+        state = rng.random() < (0.8 if state else 0.3)
+        hits += state
+    assert hits / 20000 == pytest.approx(p_neural, abs=0.02)
+    assert policy.choose(1) == "fast"
+    # (at the overall hit rate it leads to, 0.6, for both backups, the neural one would still win)
+    assert batch_ssd_speedup(0.6, 1, 2.0, 1.5, 1.0, 0.1) > batch_ssd_speedup(0.6, 1, 2.0, 1.0, 1.0, 0.0)
+    with pytest.raises(ValueError, match="next_hits"):
+        policy.observe(hits=0, requests=1, next_hits={"fast": (2, 1)})

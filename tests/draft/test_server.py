@@ -236,8 +236,8 @@ def test_auto_backup_follows_the_policy(tiny_llama):
     assert policy.choose(4) in ("neural", "fast")
     st = client.stats()
     assert st["backup_neural"] + st.get("backup_fast", 0) >= 4
-    # The policy saw the rounds: its hit-rate estimate moved off its prior.
-    assert policy.p_hit.value != 0.6
+    # The policy saw the rounds: its hit-rate estimates moved off their prior.
+    assert any(e.value != 0.6 for e in policy.p_next.values())
 
 
 def test_kv_pool_exhaustion_refuses_one_request_only(tiny_llama):
