@@ -195,6 +195,7 @@ def summarize(name: str, bench: dict, before: dict, after: dict, extra: dict) ->
                 for b, n in after.get("ssd_auto_k_chosen_by_bucket", {}).items()}
             rec["auto_k_switches"] = after.get("ssd_auto_k_switches", 0) - before.get("ssd_auto_k_switches", 0)
             rec["auto_k_reopen_ms"] = after.get("ssd_auto_k_reopen_ms")
+            rec["auto_k_yield_share"] = after.get("ssd_auto_k_yield_share")
         rec.update(per_k_counts(before.get("ssd_draft_server", {}), after.get("ssd_draft_server", {})))
         if rec.get("draft_busy_ms") is not None:  # the draft server's forwards per target round
             rec["draft_ms_per_round"] = rec["draft_busy_ms"] / d["ssd_rounds"]

@@ -33,6 +33,16 @@ re-opening cost more than the step rates show; within drafting the best K is tak
 parks only after `PARK_AFTER` drafted rounds, unless plain decoding is predicted `CLEAR_LOSS` times
 faster: on fewer, a few bad first drafts could park it for hundreds of rounds.
 
+What a plain step costs is measured with the draft server quiet: a plain round right after a drafted
+one overlaps the draft server's last tree steps (its requests are closed without waiting), so only a
+plain round that follows another is a sample, and a plain exploration from drafting lasts two rounds.
+Sampled beside a busy draft server, plain decoding read 86 ms at c = 8 where the AR server's median time
+per output token was 72: parking looked worse than it is, and the default drafted at 0.81x AR. What a drafted
+round yields is measured too: a miss answered by the fast backup drafts fewer than K tokens, so the
+tokens a round actually accepted, over what E(α, K) expects, scale the drafted gain (at c = 4 a K = 3
+round accepted 0.53 tokens where E(α, K) − 1 was 0.82). Opening new requests on the draft server is
+a cost only drafting pays; its running mean per drafted round is added to drafted steps.
+
 Re-opening is priced where it is paid. Leaving plain decoding re-opens every request of the batch on
 the draft server (a draft prefill of its context, waited for), so a parked batch's drafted rates carry
 that cost, measured per request, spread over the rounds the batch is expected to stay in its bucket
@@ -63,6 +73,8 @@ SWITCH_MARGIN = 0.05  # predicted gain needed to switch between plain decoding a
 PARK_AFTER = 24
 CLEAR_LOSS = 1.5
 MAX_GAP_S = 1.0  # a longer pause between steps is idleness, not scheduler work
+YIELD_DECAY = 0.99  # per drafted round, for the tokens drafted rounds accepted against the expected
+YIELD_PRIOR = 4.0  # the yield share's prior (1), worth a few rounds of a small batch
 VISIT_PRIOR = 16.0  # rounds a bucket is expected to hold the batch before one of its visits ended
 # A deeper K is weighed only while the token it adds, α^(K+1), is at least this share of E(α, K). Below
 # it the gain is inside the noise of the step estimates (one c = 2 run measured width ratios 1.19,
@@ -93,6 +105,10 @@ class AutoK:
         self.visit = (0, 0)  # (bucket, rounds so far) of the visit in progress
         self.last_k: int | None = None  # 0: the batch is parked (its requests closed on the draft server)
         self.switches = 0  # rounds that switched between plain decoding and drafting
+        self.prev_width: int | None = None  # the last observed round's verified width
+        self.probe_left = 0  # plain rounds still owed to a plain exploration from drafting
+        self.open_ms = 0.0  # running mean of the opens waited for in a drafted round (new requests)
+        self.yielded: dict[int, list[float]] = {}  # bucket -> decayed [tokens accepted, E(α, K) − 1 expected]
         self.rng = random.Random(seed)
 
     @staticmethod
@@ -149,15 +165,26 @@ class AutoK:
         now = self.visit[1] if self.visit[0] == b else 0
         return max(VISIT_PRIOR if v is None else v[0], now, 1.0)
 
+    def yield_share(self, b: int) -> float:
+        """Tokens drafted rounds of bucket ``b`` accepted over what E(α, K) expected of them (1 before
+        any were measured)."""
+        acc, exp = self.yielded.get(b, (YIELD_PRIOR, YIELD_PRIOR))
+        return acc / exp
+
     def predicted_rate(self, batch: int, k: int) -> float | None:
         """Tokens per ms per request at ``k`` drafted tokens; None before the bucket is measured. A
-        draft from a parked batch pays its re-opens, spread over the bucket's expected visit."""
+        draft pays the opens of new requests, and from a parked batch its re-opens, spread over the
+        bucket's expected visit; its gain is scaled by what drafted rounds yielded."""
         t = self.step_ms(batch, k + 1)
         if t is None:
             return None
-        if k and self.last_k == 0:
-            t += self.reopen_ms * batch / self.expected_visit(self.bucket(batch))
-        return expected_tokens(self.alpha, k) / (t + self.gap_ms)
+        if k == 0:
+            return 1.0 / (t + self.gap_ms)
+        b = self.bucket(batch)
+        t += self.open_ms
+        if self.last_k == 0:
+            t += self.reopen_ms * batch / self.expected_visit(b)
+        return (1.0 + self.yield_share(b) * (expected_tokens(self.alpha, k) - 1.0)) / (t + self.gap_ms)
 
     def _count_visit(self, b: int) -> None:
         """One more round in bucket ``b``; a change of bucket ends the previous visit."""
@@ -183,13 +210,17 @@ class AutoK:
         self.until_explore[b] = every if explore else left
         if explore and parked and len(seen) >= 2:  # back off; a draft winning again resets it below
             self.parked_every[b] = min(2 * every, EXPLORE_PARKED_MAX)
-        if 1 not in seen:
+        if self.probe_left:  # the measured second round of a plain exploration
+            self.probe_left -= 1
+            k = 0
+        elif 1 not in seen:
             k = 0
         elif len(seen) < 2:
             k = 1 if explore or not parked else 0
         elif explore:
             # (a draw past the ceiling explores the ceiling: plain decoding keeps its share of the draws)
             k = self.rng.randint(1, min(2, top)) if parked else min(self.rng.randint(0, self.k_max), top)
+            self.probe_left = int(k == 0 and bool(self.last_k))
         else:
             rates = [self.predicted_rate(batch, k) for k in range(top + 1)]
             k = max(range(top + 1), key=rates.__getitem__)
@@ -228,9 +259,26 @@ class AutoK:
         ``gap_ms`` the time since the previous step ended (None for the first); the accepted and
         drafted counts per request; ``opened`` requests opened on the draft server in ``open_ms``."""
         b = self.bucket(batch)
+        drafting, quiet = width > 1 and self.prev_width not in (None, 1), self.prev_width in (None, 1)
+        self.prev_width = width
         if opened:
             per = open_ms / opened
             self.reopen_ms = per if self.reopen_ms == 0 else (1 - EMA) * self.reopen_ms + EMA * per
+        if drafting:  # (not the re-opening round: its opens are priced as re-opens)
+            self.open_ms = (1 - EMA) * self.open_ms + EMA * open_ms
+        if width > 1:
+            acc, exp = self.yielded.setdefault(b, [YIELD_PRIOR, YIELD_PRIOR])
+            self.yielded[b] = [YIELD_DECAY * acc + sum(accepted),
+                               YIELD_DECAY * exp + len(accepted) * (expected_tokens(self.alpha, width - 1) - 1.0)]
+        if gap_ms is not None and gap_ms < 1000 * MAX_GAP_S:
+            self.gap_ms = (1 - EMA) * self.gap_ms + EMA * gap_ms
+        # Per-token acceptance: accepted tokens over positions judged (accepted + the rejection).
+        for a, d in zip(accepted, drafted):
+            if d > 0:
+                self.accepted += a
+                self.judged += a + (1 if a < d else 0)
+        if width == 1 and not quiet:
+            return  # beside a draft server still finishing its trees: not what plain decoding costs
         self.seen.setdefault(b, set()).add(width)
         plain = self.plain.get(b)
         m = None
@@ -242,13 +290,6 @@ class AutoK:
         if m is not None:
             m[0] = step_ms if m[1] == 0 else (1 - EMA) * m[0] + EMA * step_ms
             m[1] += 1
-        if gap_ms is not None and gap_ms < 1000 * MAX_GAP_S:
-            self.gap_ms = (1 - EMA) * self.gap_ms + EMA * gap_ms
-        # Per-token acceptance: accepted tokens over positions judged (accepted + the rejection).
-        for a, d in zip(accepted, drafted):
-            if d > 0:
-                self.accepted += a
-                self.judged += a + (1 if a < d else 0)
 
     def snapshot(self) -> dict:
         return {
@@ -258,6 +299,8 @@ class AutoK:
             "ssd_auto_k_chosen_by_bucket": {f"bucket{b}": list(n) for b, n in sorted(self.chosen_in.items())},
             "ssd_auto_k_depth": self.asked,
             "ssd_auto_k_switches": self.switches,
+            "ssd_auto_k_open_ms": self.open_ms,
+            "ssd_auto_k_yield_share": {f"bucket{b}": round(self.yield_share(b), 3) for b in sorted(self.yielded)},
             "ssd_auto_k_reopen_ms": self.reopen_ms,
             "ssd_auto_k_visit_rounds": {f"bucket{b}": round(v[0], 2) for b, v in sorted(self.visits.items())},
             # Expected step ms per batch-size bucket (1 = batch 1, 2 = 2-3, 3 = 4-7, ...) at plain
