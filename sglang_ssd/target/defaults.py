@@ -25,8 +25,8 @@ PRIOR_ALPHA = 0.47
 # slow the target's (one memory bus): at 0.75 this machine's pick was ΣF = 33, and its rounds took 83-86
 # ms against 76 ms for fixed K at ΣF = 12, for 0.03 more tokens a round (results/sigmaf33_2026-12-06/).
 TREE_SHARE = 0.5
-# auto-K: 1.03 and 0.98 of the best fixed K at c = 1 and 2, 0.93 at c = 4 and 0.88 at c = 8, where
-# it half-parks (bench/results/defaults_2026-12-06c)
+# auto-K: 0.91-0.94 of the best fixed K at c = 2-8 (parked from c = 4), 0.82 and, run again, 1.07 at
+# c = 1 (bench/results/defaults_2026-12-06e, defaults_c1_2026-12-06e)
 DEFAULT_K = "auto"
 # what the launcher fills in when no flag names it (the README's flag table says so)
 LAUNCH_DEFAULTS = {"k": "`auto`", "budget": "the planner's pick from `models/calibration.json` for auto-K, else `24`"}
