@@ -33,15 +33,15 @@ re-opening cost more than the step rates show; within drafting the best K is tak
 parks only after `PARK_AFTER` drafted rounds, unless plain decoding is predicted `CLEAR_LOSS` times
 faster: on fewer, a few bad first drafts could park it for hundreds of rounds.
 
-What a plain step costs is measured with the draft server quiet: a plain round right after a drafted
-one overlaps the draft server's last tree steps (its requests are closed without waiting), so only a
-plain round that follows another is a sample, and a plain exploration from drafting lasts two rounds.
-Sampled beside a busy draft server, plain decoding read 86 ms at c = 8 where the AR server's median time
-per output token was 72: parking looked worse than it is, and the default drafted at 0.81x AR. What a drafted
-round yields is measured too: a miss answered by the fast backup drafts fewer than K tokens, so the
-tokens a round actually accepted, over what E(α, K) expects, scale the drafted gain (at c = 4 a K = 3
-round accepted 0.53 tokens where E(α, K) − 1 was 0.82). Opening new requests on the draft server is
-a cost only drafting pays; its running mean per drafted round is added to drafted steps.
+What a plain step costs is measured with the draft server quiet: a plain round right after a drafted one
+overlaps the draft server's last tree steps (its requests are closed without waiting), so only a plain
+round that follows another is a sample, and a plain exploration from drafting lasts two rounds. Sampled
+beside a busy draft server, plain decoding read 86 ms at c = 8 where the AR server's median time per
+output token was 72: parking looked worse than it is, and the default drafted at 0.81x AR. What a
+drafted round yields is measured too: a miss answered by the fast backup drafts fewer than K tokens, so
+the tokens a round actually accepted, over what E(α, K) expects, scale the drafted gain (at c = 4,
+rounds of K = 3 accepted 0.53 tokens where E(α, K) − 1 was 0.82). Opening new requests on the draft
+server is a cost only drafting pays; its running mean per drafted round is added to drafted steps.
 
 Re-opening is priced where it is paid. Leaving plain decoding re-opens every request of the batch on
 the draft server (a draft prefill of its context, waited for), so a parked batch's drafted rates carry
@@ -258,27 +258,38 @@ class AutoK:
         """One round: ``step_ms`` the worker's whole step at ``width``, without opening requests;
         ``gap_ms`` the time since the previous step ended (None for the first); the accepted and
         drafted counts per request; ``opened`` requests opened on the draft server in ``open_ms``."""
-        b = self.bucket(batch)
-        drafting, quiet = width > 1 and self.prev_width not in (None, 1), self.prev_width in (None, 1)
+        b, after = self.bucket(batch), self.prev_width
         self.prev_width = width
+        self._observe_opens(width, after, opened, open_ms)
+        if gap_ms is not None and gap_ms < 1000 * MAX_GAP_S:
+            self.gap_ms = (1 - EMA) * self.gap_ms + EMA * gap_ms
+        self._observe_acceptance(b, width, accepted, drafted)
+        # A plain round right after a drafted one ran beside a draft server still finishing its trees:
+        # not what plain decoding costs.
+        if width > 1 or after in (None, 1):
+            self._observe_step(b, width, step_ms)
+
+    def _observe_opens(self, width: int, after: int | None, opened: int, open_ms: float) -> None:
+        """The wait per opened request (what a re-open costs), and the opens a drafting round pays."""
         if opened:
             per = open_ms / opened
             self.reopen_ms = per if self.reopen_ms == 0 else (1 - EMA) * self.reopen_ms + EMA * per
-        if drafting:  # (not the re-opening round: its opens are priced as re-opens)
+        if width > 1 and after not in (None, 1):  # (a re-opening round's opens are priced as re-opens)
             self.open_ms = (1 - EMA) * self.open_ms + EMA * open_ms
-        if width > 1:
-            acc, exp = self.yielded.setdefault(b, [YIELD_PRIOR, YIELD_PRIOR])
-            self.yielded[b] = [YIELD_DECAY * acc + sum(accepted),
-                               YIELD_DECAY * exp + len(accepted) * (expected_tokens(self.alpha, width - 1) - 1.0)]
-        if gap_ms is not None and gap_ms < 1000 * MAX_GAP_S:
-            self.gap_ms = (1 - EMA) * self.gap_ms + EMA * gap_ms
-        # Per-token acceptance: accepted tokens over positions judged (accepted + the rejection).
+
+    def _observe_acceptance(self, b: int, width: int, accepted: list[int], drafted: list[int]) -> None:
+        """Per-token α over positions judged (accepted + the rejection), and the bucket's yield share."""
         for a, d in zip(accepted, drafted):
             if d > 0:
                 self.accepted += a
                 self.judged += a + (1 if a < d else 0)
-        if width == 1 and not quiet:
-            return  # beside a draft server still finishing its trees: not what plain decoding costs
+        if width > 1:
+            acc, exp = self.yielded.setdefault(b, [YIELD_PRIOR, YIELD_PRIOR])
+            expected = len(accepted) * (expected_tokens(self.alpha, width - 1) - 1.0)
+            self.yielded[b] = [YIELD_DECAY * acc + sum(accepted), YIELD_DECAY * exp + expected]
+
+    def _observe_step(self, b: int, width: int, step_ms: float) -> None:
+        """The step's time: the plain mean at width 1, else its ratio to the plain mean."""
         self.seen.setdefault(b, set()).add(width)
         plain = self.plain.get(b)
         m = None
