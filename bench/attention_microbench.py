@@ -25,7 +25,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from sglang_ssd.cpu import clib, sglang_attention as attention  # noqa: E402
+from sglang_ssd.cpu import clib  # noqa: E402
+from sglang_ssd.cpu import sglang_attention as attention
 
 HEADS, KV_HEADS, DIM = 9, 3, 64
 

@@ -39,9 +39,9 @@ import torch  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sglang_ssd.cpu import sglang_attention as cpu_attention  # noqa: E402
 from sglang_ssd.cpu import clib  # noqa: E402
 from sglang_ssd.cpu import linear as cpu_linear  # noqa: E402
+from sglang_ssd.cpu import sglang_attention as cpu_attention  # noqa: E402
 from sglang_ssd.cpu.allocator import keep_freed_memory  # noqa: E402
 from sglang_ssd.draft.model import DraftModel, Span  # noqa: E402
 from sglang_ssd.draft.model_config import ModelConfig  # noqa: E402

@@ -38,8 +38,8 @@ sys.path.insert(0, str(ROOT))
 from sglang_ssd.cpu import clib  # noqa: E402
 from sglang_ssd.prompts import export_bench_dataset  # noqa: E402
 from sglang_ssd.target import metrics as ssd_metrics  # noqa: E402
-from sglang_ssd.wire.settings import DraftSettings  # noqa: E402
 from sglang_ssd.tools.server_process import CPU_SERVER_ARGS, SGLangServer  # noqa: E402
+from sglang_ssd.wire.settings import DraftSettings  # noqa: E402
 
 COUNTERS = ("ssd_hits", "ssd_lookups", "ssd_fast_backups", "ssd_drafted", "ssd_accepted", "ssd_rejected",
             "ssd_emitted", "ssd_rounds", "ssd_verify_s", "ssd_link_s", "ssd_open_s", "ssd_math_s", "ssd_total_s",

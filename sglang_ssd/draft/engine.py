@@ -28,12 +28,12 @@ from .backup import Draft, ensure_capacity, fast_draft
 from .deadline import RoundDeadline
 from .drafter import make_drafter
 from .engine_config import EngineConfig
+from .fanout_plan import BackupChooser, FanoutPlanner, fold_plan
 from .kv_pool import PoolExhausted
 from .l0 import L0Level
 from .level_temps import TemperatureCalibrator
 from .lifetime import RequestError, RequestTable, refused
 from .model import DraftModel
-from .fanout_plan import BackupChooser, FanoutPlanner, fold_plan
 from .prespeculation import Prespeculator
 from .request import RequestState, Stage
 from .spec_store import SpecStore

@@ -19,10 +19,10 @@ from .backup import ensure_capacity
 from .deadline import RoundDeadline
 from .drafter import PlainDrafter
 from .engine_config import EngineConfig
+from .fanout_plan import FanoutPlanner
 from .kv_pool import PoolExhausted
 from .lifetime import RequestTable
 from .model import DraftModel, Span
-from .fanout_plan import FanoutPlanner
 from .request import RequestState, Stage
 from .spec_store import SpecStore
 from .stats import EngineStats, Timer

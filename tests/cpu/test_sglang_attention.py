@@ -10,8 +10,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from sglang_ssd.cpu import clib, sglang_attention as attention
+from sglang_ssd.cpu import clib
 from sglang_ssd.cpu import linear as cpu_linear
+from sglang_ssd.cpu import sglang_attention as attention
 from sglang_ssd.cpu import verify_attention as va
 from tests.cpu.test_verify_attention import (
     PREFIX_LENS,

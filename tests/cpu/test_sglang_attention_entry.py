@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_ssd.cpu import clib, sglang_attention as attention
+from sglang_ssd.cpu import clib
+from sglang_ssd.cpu import sglang_attention as attention
 from tests.cpu.test_verify_attention import (
     HEAD_DIM,
     KV_HEADS,

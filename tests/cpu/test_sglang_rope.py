@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_ssd.cpu import clib, sglang_rope as rope
+from sglang_ssd.cpu import clib
+from sglang_ssd.cpu import sglang_rope as rope
 
 pytestmark = pytest.mark.skipif(clib.rope_kernel() is None, reason="the C kernels are not built here")
 
