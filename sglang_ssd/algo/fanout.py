@@ -187,11 +187,13 @@ class AdaptiveFanoutPlanner:
         if self.alpha_after_miss is None:
             self.alpha_after_miss = AcceptanceEstimator(self.K, prior=0.3)
 
-    def plan(self, after_miss: bool = False, K: int | None = None) -> list[int]:
+    def plan(self, after_miss: bool = False, K: int | None = None, budget: int | None = None) -> list[int]:
         """F_0..F_K for the next speculation; ``K``: a speculation of another length (a backup's or a
-        partial hit's can be shorter), planned from the same per-token estimates."""
+        partial hit's can be shorter), planned from the same per-token estimates; ``budget``: ΣF for
+        this plan instead of the planner's own (the draft server's share per request at its batch)."""
         K = self.K if K is None else K
-        budget = self.miss_budget if after_miss and self.miss_budget is not None else self.budget
+        if budget is None:
+            budget = self.miss_budget if after_miss and self.miss_budget is not None else self.budget
         if self.mode == "uniform":
             return uniform_fanout(K, budget)
         est = self.alpha_after_miss if after_miss else self.alpha

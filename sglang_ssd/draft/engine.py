@@ -62,6 +62,7 @@ class DraftEngine:
                                int(cfg.cache_mem_mb * (1 << 20)))  # fmt: skip
         self.table = RequestTable(model, cfg, self.budget, self.store, self.stats, self.tau1)
         self.deadline = RoundDeadline()
+        self.forks = self.budget  # ΣF of each next tree: the target may ask for less at larger batches
         self._use_depth(cfg.draft_k)
         self._last_reply: float | None = None
         self._t_backup: float | None = None
@@ -80,6 +81,7 @@ class DraftEngine:
         self.drafter = make_drafter(self.model, k, self.cfg.saguaro_c, self.l0, self.stats)
         self.prespec = Prespeculator(self.model, self.cfg, k, self.budget, self.table, self.drafter,
                                      self.planner_for, self.store, self.stats, self.deadline)  # fmt: skip
+        self.prespec.forks = self.forks
 
     def set_depth(self, k: int) -> None:
         """Draft ``k`` tokens a round from the next tree on (the target's auto-K steers it, 1 ≤ k ≤ the
@@ -92,6 +94,16 @@ class DraftEngine:
         self.table.cancel_prespeculation((Stage.TREE, Stage.READY))  # glue not yet forked: kept
         self._use_depth(k)
         self.stats.count("depth_changes")
+
+    def set_budget(self, forks: int) -> None:
+        """Fork ``forks`` branches per request (ΣF, 1 ≤ forks ≤ the configured budget) from the next
+        trees on: the target's auto-K shrinks the tree as its batch grows, so that the batch's trees
+        still fit beside a verify step. Trees already forked keep theirs; any plan is exact. A fan-out
+        list given on the command line stays as given."""
+        forks = max(1, min(int(forks), self.budget))
+        if forks != self.forks and self.cfg.fanout_list is None:
+            self.forks = self.prespec.forks = forks
+            self.stats.count("budget_changes")
 
     @property
     def requests(self) -> dict[str, RequestState]:
@@ -191,9 +203,11 @@ class DraftEngine:
         return self.table.expire_idle(now)
 
     # ---- rounds ---------------------------------------------------------------------------------------
-    def round(self, outcomes: list[OutcomeMsg], depth: int | None = None) -> list[Speculation]:
+    def round(self, outcomes: list[OutcomeMsg], depth: int | None = None,
+              budget: int | None = None) -> list[Speculation]:
         """Answer round T's outcomes with round T+1's speculations (same order); ``depth``: the K the
-        target will verify, drafted from the next trees on (:meth:`set_depth`)."""
+        target will verify, drafted from the next trees on (:meth:`set_depth`); ``budget``: their ΣF
+        per request (:meth:`set_budget`)."""
         results: list[Speculation | None] = [None] * len(outcomes)
         valid = self.table.check_round(outcomes, results)
         valid = self._serve_prefilling(valid, results)
@@ -215,6 +229,8 @@ class DraftEngine:
         self._last_reply = time.monotonic()
         if depth is not None:
             self.set_depth(depth)
+        if budget is not None:
+            self.set_budget(budget)
         return results
 
     def _serve_prefilling(self, valid: list[Entry], results: list) -> list[Entry]:
@@ -375,7 +391,7 @@ class DraftEngine:
         if neural:
             self.stats.count("backup_neural", len(neural))
             # These tokens will be verified as a speculation drafted by a backup: fork them as such.
-            plan = self.planner.plan(after_miss=True)
+            plan = self.planner.plan(after_miss=True, budget=self.forks)
             with Timer(self.stats, "backup_neural"):
                 drafts = self.drafter.chains([reqs[i] for i in neural], plan)
             for i, d in zip(neural, drafts):

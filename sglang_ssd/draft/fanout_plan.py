@@ -32,15 +32,17 @@ class FanoutPlanner:
         self.fixed = list(fixed) if fixed is not None else None
         self.algo = None if kind == "fixed" else AdaptiveFanoutPlanner(K=k, budget=budget, mode=kind)
 
-    def plan(self, after_miss: bool = False, k: int | None = None) -> list[int]:
+    def plan(self, after_miss: bool = False, k: int | None = None, budget: int | None = None) -> list[int]:
         """F_0..F_k over the outcomes of a ``k``-token speculation (default: this planner's K; a shorter
-        one gets the whole budget over its own k + 1 outcomes)."""
+        one gets the whole budget over its own k + 1 outcomes). ``budget``: ΣF for this plan, at most
+        the planner's (the share the round's batch leaves each request); a fixed plan stays as given."""
         k = self.k if k is None else k
         if k > self.k:
             raise ValueError(f"a plan for K = {self.k} cannot cover a {k}-token speculation")
         if self.algo is None:
             return list(fold_plan(self.fixed, k))
-        return list(self.algo.plan(after_miss=after_miss, K=k))
+        budget = None if budget is None else max(1, min(int(budget), self.budget))
+        return list(self.algo.plan(after_miss=after_miss, K=k, budget=budget))
 
     def observe(self, accepted: int, drafted: int, *, after_miss: bool, fanout: int | None, hit: bool) -> None:
         """One outcome: k accepted of ``drafted``; ``fanout`` = F_k the tree had at the realized k."""

@@ -39,6 +39,7 @@ class Prespeculator:
         self.table, self.drafter, self.store, self.stats = table, drafter, store, stats
         self.deadline = deadline  # learns each branch step's duration here
         self.planner_for = planner_for  # the planner over a K'-token speculation's outcomes
+        self.forks = budget  # ΣF of the trees forked from now on (≤ budget, which sizes their KV)
         self._rr = 0  # round-robin start for capped work steps
 
     def has_work(self) -> bool:
@@ -145,9 +146,9 @@ class Prespeculator:
         # puts every fork after k = 0, its only outcome) and longer on the round after a depth change.
         # The branches draft the current depth.
         kp = len(r.spec)
-        r.plan = self.planner_for(max(kp, self.k)).plan(after_miss=r.after_miss, k=kp)
+        r.plan = self.planner_for(max(kp, self.k)).plan(after_miss=r.after_miss, k=kp, budget=self.forks)
         r.tree = select_forks(r, glue_logits, r.plan, self.model, self.k)
-        r.tree.sample_plan = self.planner_for(self.k).plan(after_miss=False)
+        r.tree.sample_plan = self.planner_for(self.k).plan(after_miss=False, budget=self.forks)
         r.stage = Stage.TREE if r.tree.num_branches else Stage.READY
         r.ready_at = None if r.tree.num_branches else time.monotonic()
 

@@ -97,7 +97,7 @@ class DraftServer:
         eng = self.engine
         if isinstance(body, Round):
             with Timer(eng.stats, "round"):
-                specs = eng.round(body.outcomes, body.depth)
+                specs = eng.round(body.outcomes, body.depth, body.budget)
             return self._speculations(seq, specs)
         if isinstance(body, Open):
             try:
@@ -155,7 +155,8 @@ class DraftServer:
             mode=eng.cfg.mode,
             k=eng.k,
             budget=eng.budget,
-            fanout=",".join(map(str, eng.planner.plan())),
+            forks=eng.forks,  # ΣF of the next trees: the budget, or less when a round asked for less
+            fanout=",".join(map(str, eng.planner.plan(budget=eng.forks))),
             saguaro_c=eng.cfg.saguaro_c,
             backup=eng.backup.mode,
             device=str(eng.model.device),

@@ -85,10 +85,15 @@ DEPTH_GAIN_MIN = 0.04
 
 
 class AutoK:
-    def __init__(self, k_max: int, seed: int = 0):
+    """``budgets``: ΣF per batch-size bucket (rows) and K (entries), what :meth:`budget` asks of the
+    draft server (``SSDConfig.tree_budgets``); empty, the draft server keeps its own."""
+
+    def __init__(self, k_max: int, seed: int = 0, budgets: list[list[int]] | None = None):
         if k_max < 1:
             raise ValueError(f"auto-K needs a drafted length ≥ 1, got {k_max}")
         self.k_max = k_max
+        self.budgets = budgets or []
+        self.asked_budget: int | None = None  # the ΣF last asked of the draft server
         self.seen: dict[int, set[int]] = {}  # bucket -> widths measured
         self.plain: dict[int, list[float]] = {}  # bucket -> [running mean of plain steps (ms), count]
         self.ratios: dict[tuple[int, int], list[float]] = {}  # (bucket, width) -> [EMA of S(w)/S(1), count]
@@ -253,6 +258,16 @@ class AutoK:
         self.asked = self.ceiling() if best is None else best if best > 0 else min(2, self.k_max)
         return self.asked
 
+    def budget(self, batch: int) -> int | None:
+        """The ΣF per request the draft server should fork for the depth last asked (:meth:`depth`) at
+        this batch size: the batch's trees share one draft core and one memory bus with the verify
+        step, so larger batches get smaller trees. None without a table (the server keeps its ΣF)."""
+        if not self.budgets or self.asked is None:
+            return None
+        row = self.budgets[min(self.bucket(batch), len(self.budgets)) - 1]
+        self.asked_budget = row[min(self.asked, len(row)) - 1]
+        return self.asked_budget
+
     def observe(self, batch: int, width: int, step_ms: float, gap_ms: float | None, accepted: list[int],
                 drafted: list[int], opened: int = 0, open_ms: float = 0.0) -> None:
         """One round: ``step_ms`` the worker's whole step at ``width``, without opening requests;
@@ -309,6 +324,7 @@ class AutoK:
             "ssd_auto_k_chosen": self.chosen,
             "ssd_auto_k_chosen_by_bucket": {f"bucket{b}": list(n) for b, n in sorted(self.chosen_in.items())},
             "ssd_auto_k_depth": self.asked,
+            "ssd_auto_k_budget": self.asked_budget,
             "ssd_auto_k_switches": self.switches,
             "ssd_auto_k_open_ms": self.open_ms,
             "ssd_auto_k_yield_share": {f"bucket{b}": round(self.yield_share(b), 3) for b in sorted(self.yielded)},

@@ -6,8 +6,11 @@ draft server drafts the K it picks (``target/auto_k.py``). `make models` measure
 by verify width and the draft's steps and tree rounds (``bench/calibrate.py --quick``) into
 ``models/calibration.json``, next to the model folders; auto-K's ΣF, unless ``--ssd-budget`` names
 one, is the planner's (``sglang_ssd/planner/choose.py``) for its fastest SSD configuration at batch 1
-whose tree takes at most half of the verify step. The launcher prints the choice and why in one
-line. Without a calibration file ΣF is the constant of ``wire/settings.py`` (24), and the line says so."""
+whose tree takes at most half of the verify step. At larger batches the planner's ΣF per request for
+each K under the same rule is what auto-K asks of the draft server round by round (``tree_budgets``):
+at c = 4 the batch-1 ΣF of 17 made 68 forks a round, where the planner's pick at K = 3 is 5 a request.
+The launcher prints the choice and why in one line. Without a calibration file ΣF is the constant of
+``wire/settings.py`` (24) at every batch, and the line says so."""
 
 from __future__ import annotations
 
@@ -29,7 +32,8 @@ TREE_SHARE = 0.5
 # c = 1 (bench/results/defaults_2026-12-06e, defaults_c1_2026-12-06e)
 DEFAULT_K = "auto"
 # what the launcher fills in when no flag names it (the README's flag table says so)
-LAUNCH_DEFAULTS = {"k": "`auto`", "budget": "the planner's pick from `models/calibration.json` for auto-K, else `24`"}
+LAUNCH_DEFAULTS = {"k": "`auto`", "budget": "the planner's pick from `models/calibration.json` for auto-K (at batch 1; "
+                   "smaller at larger batches), else `24`"}
 
 
 def calibration_path(draft_model_path: str | None) -> Path | None:
@@ -57,6 +61,23 @@ def choose(calibration: dict, alpha: float = PRIOR_ALPHA) -> tuple[int, int, str
     return best.k, best.budget, why
 
 
+# batch sizes for the rows of the ΣF table: the smallest of each auto-K bucket (1, 2-3, 4-7, ...)
+BUDGET_BATCHES = (1, 2, 4, 8, 16, 32)
+
+
+def tree_budgets(calibration: dict, cap: int, alpha: float = PRIOR_ALPHA, k_max: int = 7) -> list[list[int]]:
+    """ΣF per request by batch-size bucket (rows) and K = 1..k_max (entries): the planner's best ΣF
+    for that K at the bucket's smallest batch with the tree within ``TREE_SHARE`` of the verify step,
+    at most ``cap`` (the draft server's own ΣF, which sizes its trees' KV)."""
+    from sglang_ssd.planner.choose import plan
+
+    rows = []
+    for batch in BUDGET_BATCHES:
+        p = plan(calibration, alpha, 1.0, batch=batch, k_max=k_max, tree_share=TREE_SHARE)
+        rows.append([max(1, min(cap, pr.budget)) for pr in p.ssd])
+    return rows
+
+
 def apply(config, given: set[str], draft_model_path: str | None):
     """``config`` with the settings no flag named ⇒ (config, one log line). K defaults to ``auto``
     (K per round from live step timings, 0 = plain decoding; the draft server drafts the K chosen), and
@@ -75,9 +96,13 @@ def apply(config, given: set[str], draft_model_path: str | None):
         return config.validate(), (f"SSD defaults K = auto, ΣF = {config.budget} (no calibration at {path}: "
                                    "`make models` writes one; --ssd-k / --ssd-budget override)")  # fmt: skip
     try:
-        k, budget, why = choose(json.loads(path.read_text()))
+        calibration = json.loads(path.read_text())
+        k, budget, why = choose(calibration)
+        table = tree_budgets(calibration, budget)
     except (ValueError, KeyError, TypeError) as exc:
         return config.validate(), f"SSD defaults K = auto, ΣF = {config.budget} ({path} unusable: {exc})"
-    return replace(config, budget=budget).validate(), (
+    by_batch = "/".join(str(row[k - 1]) for row in table[:4])
+    return replace(config, budget=budget, tree_budgets=table).validate(), (
         f"SSD settings from {path}: K = auto (chosen per round and steering the draft server's depth), "
-        f"ΣF = {budget} (the planner's pick for K = {k}, {why}; --ssd-k / --ssd-budget override)")
+        f"ΣF = {budget} (the planner's pick for K = {k}, {why}; per request at batch 1/2/4/8 and K = {k}: "
+        f"{by_batch}; --ssd-k / --ssd-budget override)")

@@ -143,9 +143,9 @@ class DraftLink:
                     self.opened.add(spec.rid)
         return out
 
-    def post(self, outcomes: list[Outcome], depth: int | None = None) -> None:
-        """Send the outcomes now and return at once; :meth:`collect` gets the replies later. ``depth``:
-        the K the draft servers should draft from their next trees on (auto-K; None: their own).
+    def post(self, outcomes: list[Outcome], depth: int | None = None, budget: int | None = None) -> None:
+        """Send the outcomes now and return at once; :meth:`collect` gets the replies later. ``depth``
+        and ``budget``: the K and ΣF of the draft servers' next trees (auto-K; None: their own).
 
         The worker posts at the end of its step and collects at the start of the next, so the round
         trip (and any wait for the draft server to finish the tree step it is in) overlaps the
@@ -160,7 +160,7 @@ class DraftLink:
             if not self._usable(i):
                 continue
             try:
-                self._tickets[i] = self.clients[i].post_round(group, depth)
+                self._tickets[i] = self.clients[i].post_round(group, depth, budget)
             except DraftUnavailable as e:
                 self._fault(i, e)
         if self._tickets:

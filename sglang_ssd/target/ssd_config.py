@@ -35,6 +35,10 @@ class SSDConfig(DraftSettings):
     draft_timeout_s: float = 5.0
     draft_model_path: str | None = None
     draft_chain: list[str] = field(default_factory=list)  # [L0 n-gram file, L1 draft folder]: recursive SSD
+    # auto-K's ΣF per batch-size bucket (rows: 1, 2-3, 4-7, ...) and K (entries K = 1, 2, ...): what each
+    # round asks of the draft server. No flag: the launcher fills it from the calibration (target/defaults.py);
+    # empty, the draft server keeps its own ΣF.
+    tree_budgets: list[list[int]] = field(default_factory=list)
 
     def validate(self, prefix: str = "--ssd-") -> SSDConfig:
         super().validate(prefix)
@@ -52,6 +56,9 @@ class SSDConfig(DraftSettings):
                                   "e.g. models/ngram.json)")  # fmt: skip
             if not os.path.isfile(os.path.join(self.draft_chain[1], "config.json")):
                 raise ConfigError(f"--ssd-draft-chain: L1 {self.draft_chain[1]!r} is not a model folder (no config.json)")
+        if not all(isinstance(row, list) and row and all(isinstance(f, int) and f >= 1 for f in row)
+                   for row in self.tree_budgets):
+            raise ConfigError(f"tree_budgets must be rows of positive integers, got {self.tree_budgets!r}")
         if self.draft_timeout_s <= 0:
             raise ConfigError(f"--ssd-draft-timeout must be positive, got {self.draft_timeout_s!r}")
         return self

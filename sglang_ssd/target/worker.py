@@ -66,7 +66,7 @@ class SSDWorker(BaseSpecWorker):
         self.tp = TPSync.from_sglang(server_args)
         self.link = DraftLink(self.config) if self.tp is None or self.tp.is_source else None
         self.pending: dict[str, Speculation] = {}
-        self.auto_k = AutoK(self.k) if self.config.k == "auto" else None
+        self.auto_k = AutoK(self.k, budgets=self.config.tree_budgets) if self.config.k == "auto" else None
         self._last_step_end = 0.0
         self._open_s = 0.0
         self._opened = 0
@@ -259,9 +259,12 @@ class SSDWorker(BaseSpecWorker):
             for i, req in enumerate(batch.reqs)
             if specs[i] is not None and self.link.is_open(req.rid)
         ]
-        # auto-K steers the draft server's depth to the K it verifies (None: the server keeps its K)
-        depth = self.auto_k.depth(len(batch.reqs)) if self.auto_k and outcomes else None
-        self.link.post(outcomes, depth)
+        # auto-K steers the draft server's depth to the K it verifies, and its trees' ΣF to the batch
+        # (None: the server keeps its own)
+        depth = budget = None
+        if self.auto_k and outcomes:
+            depth, budget = self.auto_k.depth(len(batch.reqs)), self.auto_k.budget(len(batch.reqs))
+        self.link.post(outcomes, depth, budget)
         if self.config.mode == "sync":
             self.pending.update(self.link.collect())
 

@@ -156,10 +156,11 @@ class DraftClient:
                                for rid, prompt, first, params in opens])  # fmt: skip
         return self._speculations(body, [o[0] for o in opens])
 
-    def round(self, outcomes: list[Outcome], depth: int | None = None) -> list[Speculation]:
+    def round(self, outcomes: list[Outcome], depth: int | None = None,
+              budget: int | None = None) -> list[Speculation]:
         """Send round T's outcomes; returns round T+1's speculations in the order of ``outcomes``.
-        ``depth``: the K to draft from the next trees on (None: the server's own)."""
-        msg = Round(outcomes=self._outcome_msgs(outcomes), depth=depth)
+        ``depth`` / ``budget``: the K and ΣF of the next trees (None: the server's own)."""
+        msg = Round(outcomes=self._outcome_msgs(outcomes), depth=depth, budget=budget)
         return self._speculations(msg, [o.rid for o in outcomes])
 
     def _outcome_msgs(self, outcomes: list[Outcome]) -> list[OutcomeMsg]:
@@ -168,10 +169,11 @@ class DraftClient:
             for o in outcomes
         ]
 
-    def post_round(self, outcomes: list[Outcome], depth: int | None = None) -> int:
+    def post_round(self, outcomes: list[Outcome], depth: int | None = None, budget: int | None = None) -> int:
         """Send round T's outcomes without waiting; :meth:`collect_round` with the returned ticket
         gets the speculations later. Other calls may run in between (their replies are told apart)."""
-        seq = self._send(Round(outcomes=self._outcome_msgs(outcomes), depth=depth), self.timeout_s)
+        msg = Round(outcomes=self._outcome_msgs(outcomes), depth=depth, budget=budget)
+        seq = self._send(msg, self.timeout_s)
         self._posted[seq] = [o.rid for o in outcomes]
         return seq
 

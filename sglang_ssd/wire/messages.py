@@ -93,10 +93,12 @@ class OutcomeMsg(_Strict):
 
 class Round(_Strict, tag="round"):
     """``depth``: how many tokens to draft from the next trees on (the target's auto-K choice; the
-    server keeps it within its own K); None keeps the server's depth."""
+    server keeps it within its own K); None keeps the server's depth. ``budget``: the branches (ΣF) of
+    each next tree, kept within the server's own ΣF; None keeps the server's."""
 
     outcomes: Annotated[list[OutcomeMsg], Meta(max_length=MAX_BATCH)]
     depth: Annotated[int, Meta(ge=1, le=1024)] | None = None
+    budget: Annotated[int, Meta(ge=1, le=1024)] | None = None
 
 
 class Draft(_Strict, tag="draft"):

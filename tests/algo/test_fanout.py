@@ -148,6 +148,17 @@ def test_miss_exponent_estimator_recovers_r_and_c(r, c):
     assert c_hat == pytest.approx(c, rel=0.05)
 
 
+def test_a_plan_for_another_budget_spreads_that_budget():
+    """The draft server's share per request at its batch: the same estimates, ΣF as asked."""
+    planner = AdaptiveFanoutPlanner(K=3, budget=17)
+    for budget in (17, 8, 5, 1):
+        plan = planner.plan(budget=budget)
+        assert len(plan) == 4 and sum(plan) == budget
+        assert sum(planner.plan(after_miss=True, K=1, budget=budget)) == budget
+    assert planner.plan(budget=8) == geometric_fanout(planner.alpha.alpha, planner.r.r, 3, 8)
+    assert AdaptiveFanoutPlanner(K=3, budget=17, mode="uniform").plan(budget=8) == [2, 2, 2, 2]
+
+
 def test_planner_separate_plan_after_a_miss():
     planner = AdaptiveFanoutPlanner(K=7, budget=24, miss_budget=21)
     planner.observe([7, 6, 5, 7, 4] * 50, after_miss=False)  # high α after hits

@@ -68,8 +68,9 @@ def check_tree(engine: DraftEngine, req) -> int:
 
 
 def run_rounds(engine: DraftEngine, rng: random.Random, n_requests: int, rounds: int, params_list,
-               depths: list[int] | None = None) -> dict:
-    """``depths``: the depth each round's message asks for (auto-K steering), None to keep K."""
+               depths: list[int] | None = None, budgets: list[int | None] | None = None) -> dict:
+    """``depths`` / ``budgets``: the depth and ΣF each round's message asks for (auto-K steering), None
+    to keep the engine's."""
     model = engine.model
     vocab = model.vocab_size
     specs = {}
@@ -90,15 +91,16 @@ def run_rounds(engine: DraftEngine, rng: random.Random, n_requests: int, rounds:
             cached = [int(t.fork_tok[b]) for b in range(t.num_branches) if int(t.fork_k[b]) == k]
             bonus = rng.choice(cached) if cached and rng.random() < 0.6 else rng.randrange(vocab)
             outcomes.append(OutcomeMsg(rid=rid, accepted=k, bonus=bonus, spec_id=spec.spec_id))
-        k_before = engine.k  # this round's backups draft at the depth in force when it arrived
-        replies = engine.round(outcomes, depths[n] if depths else None)
+        # this round's backups draft at the depth (and plan with the ΣF) in force when it arrived
+        k_before, forks_before = engine.k, engine.forks
+        replies = engine.round(outcomes, depths[n] if depths else None, budgets[n] if budgets else None)
         for o, spec in zip(outcomes, replies):
             assert spec.error is None
             req = engine.requests[o.rid]
             checked["hits"] += spec.hit
             if not spec.hit:
                 # A backup draft is plain decoding of the committed context too.
-                plan = engine._planners[k_before].plan(after_miss=True)
+                plan = engine._planners[k_before].plan(after_miss=True, budget=forks_before)
                 ref_toks, ref_q = reference_draft(model, req.tokens, k_before, req.params, req.seed, plan,
                                                   engine.cfg.saguaro_c)  # fmt: skip
                 assert spec.tokens.tolist() == ref_toks
@@ -146,6 +148,26 @@ def test_steered_depth_stays_exact(tiny_llama, fanout):
         # the last replies were drafted 4 deep: the new trees fork on their 5 outcomes, 2 tokens a branch
         assert req.tree.tokens.shape[1] == req.tree.steps_done == 2 and len(req.spec) == 4
         assert len(req.plan) == 5 and sum(req.plan) == engine.budget
+        check_tree(engine, req)
+
+
+@pytest.mark.parametrize("fanout", ["geometric", "uniform"])
+def test_steered_budget_stays_exact(tiny_llama, fanout):
+    """Auto-K shrinks the trees' ΣF as the batch grows (and back; past the server's own ΣF is held to
+    it): every tree is plain decoding of its branches, the backups too, and each new tree forks exactly
+    the ΣF in force."""
+    model = DraftModel(tiny_llama, kv_slots=8192)
+    engine = DraftEngine(model, EngineConfig(k=3, fanout=fanout, budget=10, saguaro_c=0.7, backup="neural"))
+    budgets = [4, None, 1, 10, 30, 2]
+    checked = run_rounds(engine, random.Random(78), n_requests=3, rounds=len(budgets), params_list=PARAMS,
+                         depths=[3, 2, 3, 1, 3, 2], budgets=budgets)  # fmt: skip
+    assert checked["hits"] > 0 and checked["backups"] > 0
+    # 30 is held to the server's ΣF of 10, which it already had: four changes
+    assert engine.forks == 2 and engine.stats.snapshot()["budget_changes"] == 4
+    while engine.has_work():
+        engine.work_step()
+    for req in engine.requests.values():
+        assert sum(req.plan) == 2 and sum(req.tree.sample_plan) == 2
         check_tree(engine, req)
 
 

@@ -223,6 +223,22 @@ def test_a_parked_bucket_asks_for_the_explorations_depth_only():
     assert AutoK(6).depth(3) == 3  # a bucket with no choice yet: the ceiling at the prior α = 0.5
 
 
+def test_the_budget_asked_is_the_tables_entry_for_the_batch_and_the_depth_asked():
+    """ΣF travels with the depth: the row of the batch's bucket (the last row for larger batches), the
+    entry of the depth just asked; no table, no ΣF asked (the draft server keeps its own)."""
+    table = [[17, 17, 17], [17, 14, 8], [17, 8, 5]]
+    auto = AutoK(3, budgets=table)
+    assert auto.budget(1) is None  # nothing asked yet
+    for batch, row in ((1, 0), (2, 1), (3, 1), (4, 2), (64, 2)):
+        k = auto.depth(batch)
+        assert auto.budget(batch) == table[row][k - 1]
+    simulate(auto, CPU_STEP_MS, 0.15, lambda i: 1, rounds=200)  # parked: explorations ask for K = 2
+    assert auto.depth(1) == 2 and auto.budget(1) == 17 and auto.snapshot()["ssd_auto_k_budget"] == 17
+    plain = AutoK(3)
+    plain.depth(4)
+    assert plain.budget(4) is None
+
+
 def _unlucky_start(auto: AutoK, rounds: int) -> list[int]:
     """Batch 1 on a curve where drafting pays (α = 0.6), but the first drafted rounds accept nothing
     (a cold draft, a re-open): ⇒ the K chosen each round."""

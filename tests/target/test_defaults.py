@@ -84,10 +84,32 @@ def test_the_launch_k_reaches_the_draft_server_and_it_drafts_that_depth(calibrat
     assert tree.steps_done == depth
     accepted, bonus = int(tree.fork_k[0]), int(tree.fork_tok[0])  # an outcome the tree cached
     assert len(spec.tokens) == depth
-    hit = client.round([Outcome("a", accepted, bonus)], depth=2)[0]
+    hit = client.round([Outcome("a", accepted, bonus)], depth=2, budget=3)[0]
     assert hit.hit and hit.tokens.shape == (depth,)
     assert server.engine.k == 2  # the round's depth holds from the next tree on
+    assert sum(server.engine.requests["a"].plan) == min(3, config.budget)  # and its ΣF
     client.close("a")
+
+
+def test_larger_batches_ask_for_smaller_trees(calibrated, capsys):
+    """The default launch carries auto-K's ΣF by batch and K from the planner: the batch-1 row at the
+    planner's K is the launch's ΣF, no entry exceeds it, a larger batch never asks for more, and every
+    entry's tree fits the rule of the batch-1 choice (at most TREE_SHARE of the verify step)."""
+    from sglang_ssd.planner.choose import plan
+
+    cal = json.loads(CALIBRATION.read_text())
+    k, budget, _ = defaults.choose(cal)
+    table = launch(calibrated).tree_budgets
+    assert len(table) == len(defaults.BUDGET_BATCHES) and table[0][k - 1] == budget
+    assert "per request at batch 1/2/4/8" in capsys.readouterr().err
+    for row, bigger in zip(table, table[1:]):
+        assert all(1 <= b <= a <= budget for a, b in zip(row, bigger))
+    assert table[2][k - 1] < budget / 2  # at batch 4 the batch-1 tree would not fit
+    for batch, row in zip(defaults.BUDGET_BATCHES, table):
+        for p in plan(cal, defaults.PRIOR_ALPHA, 1.0, batch=batch, k_max=7, tree_share=defaults.TREE_SHARE).ssd:
+            if row[p.k - 1] > 1:
+                assert p.draft_ms <= defaults.TREE_SHARE * p.verify_ms
+    assert launch(calibrated, "--ssd-budget", "9").tree_budgets == []  # a named ΣF holds at every batch
 
 
 def test_the_tree_margin_keeps_the_tree_inside_the_verify_step():

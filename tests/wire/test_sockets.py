@@ -348,3 +348,20 @@ def test_the_depth_a_round_asks_for_reaches_the_server(tiny_model):
         c.close("r")
     assert lengths == [4, 4, 2, 2, 1, 4]
     assert stats["k"] == 4 and stats["depth_changes"] == 3
+
+
+def test_the_budget_a_round_asks_for_reaches_the_server(tiny_model):
+    """Auto-K's ΣF for the batch travels with the round: the server forks that many branches per request
+    from its next trees on, never more than its own ΣF, and keeps it while rounds name none."""
+    args = ["--k", "4", "--budget", "10", "--fanout", "geometric", "--backup", "neural"]
+    with DraftServerProcess(tiny_model, ipc_endpoint(), *args) as srv, DraftClient(srv.endpoint, timeout_s=30) as c:
+        spec = c.open("r", [3, 1, 4, 1, 5], 9, DraftParams(temperature=0.0))
+        forks = [c.stats()["forks"]]
+        for budget in (3, None, 1, 1000):
+            spec = c.collect_round(c.post_round([Outcome("r", 0, int(spec.tokens[0]))], budget=budget))[0]
+            assert spec.ok, spec.error
+            stats = c.stats()
+            forks.append(stats["forks"])
+            assert sum(int(f) for f in stats["fanout"].split(",")) == stats["forks"]
+        c.close("r")
+    assert forks == [stats["budget"], 3, 3, 1, stats["budget"]] and stats["budget_changes"] == 3
