@@ -4,7 +4,9 @@ Every configuration's server is started once (target pinned to core 0; draft ser
 core 0 for "SD co-located"), then the runs are interleaved: for each (temperature, concurrency) every
 configuration runs `python -m sglang.bench_serving` on the project's prompt set before the next
 point, and the whole pass is repeated ``--repeats`` times (default 2), so drift and noise show up as
-the spread between repeats. A point runs ``--num-prompts`` requests (default 32) at concurrency < 4
+the spread between repeats. ``--restart`` starts every server afresh for each repeat: two servers of
+one configuration can differ by 10-20 % on this host (a slower target forward for the server's whole
+life), which repeats on the same servers never show. A point runs ``--num-prompts`` requests (default 32) at concurrency < 4
 and twice as many from 4 up. Each run's bench_serving record is joined with the server's SSD counters
 (deltas over the run) and written to JSONL; the repeats are merged (means, with their min–max
 spread) into a markdown table, a plot in SGLang's convention (output throughput against median TPOT,
@@ -507,6 +509,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--num-prompts", type=int, default=32,
                     help="requests per point at concurrency < 4 (twice as many from 4 up)")
     ap.add_argument("--repeats", type=int, default=2, help="passes over every point, interleaved")
+    ap.add_argument("--restart", action="store_true",
+                    help="fresh servers for every repeat, so the spread between servers shows in the repeats")
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--configs", default="ar,ar_repeat,sd_coloc,sd,ssd,ssd_kauto,sd3,ssd3")
     ap.add_argument("--ablations", action="store_true")
@@ -585,19 +589,13 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     jsonl = out / "sweep.jsonl"
     try:
-        for i, name in enumerate(names, 1):
-            extra_args, _ = all_cfgs[name]
-            print(f"[{i}/{len(names)}] starting {name} ...", flush=True)
-            meta = all_cfgs[name][1]
-            env = {clib.ENV: meta["linear_route"]} if meta.get("linear_route") else {}
-            if meta.get("code") == "b":
-                env["PYTHONPATH"] = str(Path(args.code_b).resolve())
-            servers[name] = SGLangServer(["--model-path", args.target, *CPU_SERVER_ARGS, *extra_args],
-                                         cpu_cores={0}, log_path=f"/tmp/sweep_{name}.log", env=env).start()
         points = [(float(t), int(c)) for t in args.temperatures.split(",") for c in args.concurrency.split(",")]
         total, done, t0 = len(points) * len(names) * args.repeats, 0, time.perf_counter()
         with jsonl.open("w") as f:
             for rep, (temp, conc) in ((r, p) for r in range(args.repeats) for p in points):
+                if not servers or (args.restart and (temp, conc) == points[0]):
+                    stop_servers(servers)
+                    servers.update(start_servers(names, all_cfgs, args.target, args.code_b))
                 for name in names:
                     meta = {k: v for k, v in all_cfgs[name][1].items() if k != "t_min"}
                     if temp < all_cfgs[name][1].get("t_min", 0.0):
@@ -624,10 +622,33 @@ def main(argv: list[str] | None = None) -> int:
                           f"{rec['output_throughput']:.1f} tok/s "
                           f"(ETA {eta / 60:.0f} min)", flush=True)
     finally:
-        for s in servers.values():
-            s.stop()
+        stop_servers(servers)
     render(records, out, args.calibration, args.default_config)
     return 0
+
+
+def start_servers(names: list[str], all_cfgs: dict, target: str, code_b: str | None) -> dict[str, SGLangServer]:
+    """Every configuration's server, target pinned to core 0 (its draft server's cores are its flags)."""
+    servers = {}
+    try:
+        for i, name in enumerate(names, 1):
+            extra_args, meta = all_cfgs[name]
+            print(f"[{i}/{len(names)}] starting {name} ...", flush=True)
+            env = {clib.ENV: meta["linear_route"]} if meta.get("linear_route") else {}
+            if meta.get("code") == "b":
+                env["PYTHONPATH"] = str(Path(code_b).resolve())
+            servers[name] = SGLangServer(["--model-path", target, *CPU_SERVER_ARGS, *extra_args],
+                                         cpu_cores={0}, log_path=f"/tmp/sweep_{name}.log", env=env).start()
+    except BaseException:
+        stop_servers(servers)
+        raise
+    return servers
+
+
+def stop_servers(servers: dict[str, SGLangServer]) -> None:
+    for s in servers.values():
+        s.stop()
+    servers.clear()
 
 
 def requests_at(concurrency: int, num_prompts: int) -> int:
