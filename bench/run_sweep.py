@@ -77,6 +77,9 @@ def configs(draft: str, k: str, budget: str, k_variants: list[str],
         "ar": ([], {"k": 0}),
         # A second, identical AR server: the AR/AR ratio at each point is the run's noise band.
         "ar_repeat": ([], {"k": 0}),
+        # AR without SGLang's overlap scheduler, which a speculative server runs without on CPU: what a
+        # parked SSD server (auto-K decoding plainly) can at best match.
+        "ar_sync": (["--disable-overlap-schedule"], {"k": 0}),
         "sd_coloc": ([*ssd(), "--ssd-mode", "sync", "--ssd-draft-cores", "0", "--ssd-backup", "neural"],
                      {**meta, "backup": "neural", "colocated": True}),
         "sd": ([*ssd(), "--ssd-mode", "sync", "--ssd-draft-cores", "1", "--ssd-backup", "neural"],

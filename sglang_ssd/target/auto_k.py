@@ -84,6 +84,12 @@ VISIT_PRIOR = 16.0  # rounds a bucket is expected to hold the batch before one o
 DEPTH_GAIN_MIN = 0.04
 
 
+def running_mean(m: list[float], x: float) -> None:
+    """``m`` = [mean, samples]: the first sample sets the mean, each later one moves it by ``EMA``."""
+    m[0] = x if m[1] == 0 else (1 - EMA) * m[0] + EMA * x
+    m[1] += 1
+
+
 class AutoK:
     """``budgets``: ΣF per batch-size bucket (rows) and K (entries), what :meth:`budget` asks of the
     draft server (``SSDConfig.tree_budgets``); empty, the draft server keeps its own."""
@@ -105,7 +111,7 @@ class AutoK:
         self.parked_every: dict[int, int] = {}  # bucket -> its current parked exploration interval
         self.chosen_in: dict[int, list[int]] = {}  # bucket -> rounds by the K chosen
         self.asked: int | None = None  # the depth last asked of the draft server
-        self.reopen_ms = 0.0  # running mean of the wait for opening one request on the draft server
+        self.reopen = [0.0, 0]  # running mean of the wait for opening one request on the draft server
         self.visits: dict[int, list[float]] = {}  # bucket -> [running mean of its visits' rounds, count]
         self.visit = (0, 0)  # (bucket, rounds so far) of the visit in progress
         self.last_k: int | None = None  # 0: the batch is parked (its requests closed on the draft server)
@@ -191,13 +197,15 @@ class AutoK:
             t += self.reopen_ms * batch / self.expected_visit(b)
         return (1.0 + self.yield_share(b) * (expected_tokens(self.alpha, k) - 1.0)) / (t + self.gap_ms)
 
+    @property
+    def reopen_ms(self) -> float:
+        return self.reopen[0]
+
     def _count_visit(self, b: int) -> None:
         """One more round in bucket ``b``; a change of bucket ends the previous visit."""
         last, n = self.visit
         if b != last and n:
-            v = self.visits.setdefault(last, [float(n), 0])
-            v[0] = n if v[1] == 0 else (1 - EMA) * v[0] + EMA * n
-            v[1] += 1
+            running_mean(self.visits.setdefault(last, [0.0, 0]), n)
             n = 0
         self.visit = (b, n + 1)
 
@@ -287,8 +295,7 @@ class AutoK:
     def _observe_opens(self, width: int, after: int | None, opened: int, open_ms: float) -> None:
         """The wait per opened request (what a re-open costs), and the opens a drafting round pays."""
         if opened:
-            per = open_ms / opened
-            self.reopen_ms = per if self.reopen_ms == 0 else (1 - EMA) * self.reopen_ms + EMA * per
+            running_mean(self.reopen, open_ms / opened)
         if width > 1 and after not in (None, 1):  # (a re-opening round's opens are priced as re-opens)
             self.open_ms = (1 - EMA) * self.open_ms + EMA * open_ms
 
@@ -307,15 +314,10 @@ class AutoK:
         """The step's time: the plain mean at width 1, else its ratio to the plain mean."""
         self.seen.setdefault(b, set()).add(width)
         plain = self.plain.get(b)
-        m = None
         if width == 1:
-            m = self.plain.setdefault(b, [step_ms, 0])
+            running_mean(self.plain.setdefault(b, [0.0, 0]), step_ms)
         elif plain is not None:  # (choose starts every bucket with a plain step)
-            step_ms /= plain[0]
-            m = self.ratios.setdefault((b, width), [step_ms, 0])
-        if m is not None:
-            m[0] = step_ms if m[1] == 0 else (1 - EMA) * m[0] + EMA * step_ms
-            m[1] += 1
+            running_mean(self.ratios.setdefault((b, width), [0.0, 0]), step_ms / plain[0])
 
     def snapshot(self) -> dict:
         return {
