@@ -62,8 +62,7 @@ class DraftEngine:
                                int(cfg.cache_mem_mb * (1 << 20)))  # fmt: skip
         self.table = RequestTable(model, cfg, self.budget, self.store, self.stats, self.tau1)
         self.deadline = RoundDeadline()
-        self.forks = self.budget  # ΣF of each next tree: the target may ask for less at larger batches
-        self._use_depth(cfg.draft_k)
+        self._use_depth(cfg.draft_k, forks=self.budget)
         self._last_reply: float | None = None
         self._t_backup: float | None = None
 
@@ -75,13 +74,17 @@ class DraftEngine:
             self._planners[k] = FanoutPlanner(kind, k, self.budget, fold_plan(self.cfg.fanout_list, k))
         return self._planners[k]
 
-    def _use_depth(self, k: int) -> None:
-        """Draft ``k`` tokens a round: the planner, drafter and work loop for that K."""
+    @property
+    def forks(self) -> int:
+        """ΣF of each next tree: the budget, or less where the target asked for less (:meth:`set_budget`)."""
+        return self.prespec.forks
+
+    def _use_depth(self, k: int, forks: int) -> None:
+        """Draft ``k`` tokens a round, ``forks`` branches a tree: the planner, drafter and work loop."""
         self.k, self.planner = k, self.planner_for(k)
         self.drafter = make_drafter(self.model, k, self.cfg.saguaro_c, self.l0, self.stats)
         self.prespec = Prespeculator(self.model, self.cfg, k, self.budget, self.table, self.drafter,
-                                     self.planner_for, self.store, self.stats, self.deadline)  # fmt: skip
-        self.prespec.forks = self.forks
+                                     self.planner_for, self.store, self.stats, self.deadline, forks)  # fmt: skip
 
     def set_depth(self, k: int) -> None:
         """Draft ``k`` tokens a round from the next tree on (the target's auto-K steers it, 1 ≤ k ≤ the
@@ -92,7 +95,7 @@ class DraftEngine:
         if k == self.k:
             return
         self.table.cancel_prespeculation((Stage.TREE, Stage.READY))  # glue not yet forked: kept
-        self._use_depth(k)
+        self._use_depth(k, self.forks)
         self.stats.count("depth_changes")
 
     def set_budget(self, forks: int) -> None:
@@ -102,7 +105,7 @@ class DraftEngine:
         list given on the command line stays as given."""
         forks = max(1, min(int(forks), self.budget))
         if forks != self.forks and self.cfg.fanout_list is None:
-            self.forks = self.prespec.forks = forks
+            self.prespec.forks = forks
             self.stats.count("budget_changes")
 
     @property

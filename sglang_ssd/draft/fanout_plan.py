@@ -34,14 +34,13 @@ class FanoutPlanner:
 
     def plan(self, after_miss: bool = False, k: int | None = None, budget: int | None = None) -> list[int]:
         """F_0..F_k over the outcomes of a ``k``-token speculation (default: this planner's K; a shorter
-        one gets the whole budget over its own k + 1 outcomes). ``budget``: ΣF for this plan, at most
-        the planner's (the share the round's batch leaves each request); a fixed plan stays as given."""
+        one gets the whole budget over its own k + 1 outcomes). ``budget``: ΣF for this plan (the
+        engine's share per request at its batch, ``DraftEngine.set_budget``); a fixed plan stays as given."""
         k = self.k if k is None else k
         if k > self.k:
             raise ValueError(f"a plan for K = {self.k} cannot cover a {k}-token speculation")
         if self.algo is None:
             return list(fold_plan(self.fixed, k))
-        budget = None if budget is None else max(1, min(int(budget), self.budget))
         return list(self.algo.plan(after_miss=after_miss, K=k, budget=budget))
 
     def observe(self, accepted: int, drafted: int, *, after_miss: bool, fanout: int | None, hit: bool) -> None:

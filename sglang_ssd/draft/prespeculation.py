@@ -34,12 +34,12 @@ class Prespeculator:
 
     def __init__(self, model: DraftModel, cfg: EngineConfig, k: int, budget: int, table: RequestTable,
                  drafter: PlainDrafter, planner_for: Callable[[int], FanoutPlanner], store: SpecStore,
-                 stats: EngineStats, deadline: RoundDeadline) -> None:  # fmt: skip
+                 stats: EngineStats, deadline: RoundDeadline, forks: int) -> None:  # fmt: skip
         self.model, self.cfg, self.k, self.budget = model, cfg, k, budget
         self.table, self.drafter, self.store, self.stats = table, drafter, store, stats
         self.deadline = deadline  # learns each branch step's duration here
         self.planner_for = planner_for  # the planner over a K'-token speculation's outcomes
-        self.forks = budget  # ΣF of the trees forked from now on (≤ budget, which sizes their KV)
+        self.forks = forks  # ΣF of the trees forked from now on (≤ budget, which sizes their KV)
         self._rr = 0  # round-robin start for capped work steps
 
     def has_work(self) -> bool:

@@ -84,6 +84,14 @@ VISIT_PRIOR = 16.0  # rounds a bucket is expected to hold the batch before one o
 DEPTH_GAIN_MIN = 0.04
 
 
+BUCKETS = 6  # batch-size buckets: 1, 2-3, 4-7, 8-15, 16-31, 32 and more
+
+
+def bucket_batches() -> list[int]:
+    """The smallest batch size of each bucket, in bucket order."""
+    return [1 << (b - 1) for b in range(1, BUCKETS + 1)]
+
+
 def running_mean(m: list[float], x: float) -> None:
     """``m`` = [mean, samples]: the first sample sets the mean, each later one moves it by ``EMA``."""
     m[0] = x if m[1] == 0 else (1 - EMA) * m[0] + EMA * x
@@ -124,7 +132,7 @@ class AutoK:
 
     @staticmethod
     def bucket(batch: int) -> int:
-        return min(batch.bit_length(), 6)  # 1, 2-3, 4-7, ... batch sizes share estimates
+        return min(batch.bit_length(), BUCKETS)  # 1, 2-3, 4-7, ... batch sizes share estimates
 
     @property
     def chosen(self) -> list[int]:

@@ -28,8 +28,8 @@ PRIOR_ALPHA = 0.47
 # slow the target's (one memory bus): at 0.75 this machine's pick was ΣF = 33, and its rounds took 83-86
 # ms against 76 ms for fixed K at ΣF = 12, for 0.03 more tokens a round (results/sigmaf33_2026-12-06/).
 TREE_SHARE = 0.5
-# auto-K: 0.91-0.94 of the best fixed K at c = 2-8 (parked from c = 4), 0.82 and, run again, 1.07 at
-# c = 1 (bench/results/defaults_2026-12-06e, defaults_c1_2026-12-06e)
+# auto-K with ΣF by batch: 1.38x AR at c = 1, 0.93 / 0.93 / 0.89 of the best fixed K at c = 1 / 2 / 4,
+# parked at c = 8 (0.83x AR, 1.18x the best fixed K; bench/results/defaults_2026-12-06f)
 DEFAULT_K = "auto"
 # what the launcher fills in when no flag names it (the README's flag table says so)
 LAUNCH_DEFAULTS = {"k": "`auto`", "budget": "the planner's pick from `models/calibration.json` for auto-K (at batch 1; "
@@ -61,18 +61,15 @@ def choose(calibration: dict, alpha: float = PRIOR_ALPHA) -> tuple[int, int, str
     return best.k, best.budget, why
 
 
-# batch sizes for the rows of the ΣF table: the smallest of each auto-K bucket (1, 2-3, 4-7, ...)
-BUDGET_BATCHES = (1, 2, 4, 8, 16, 32)
-
-
 def tree_budgets(calibration: dict, cap: int, alpha: float = PRIOR_ALPHA, k_max: int = 7) -> list[list[int]]:
-    """ΣF per request by batch-size bucket (rows) and K = 1..k_max (entries): the planner's best ΣF
-    for that K at the bucket's smallest batch with the tree within ``TREE_SHARE`` of the verify step,
+    """ΣF per request by auto-K's batch-size bucket (rows) and K = 1..k_max (entries): the planner's best
+    ΣF for that K at the bucket's smallest batch with the tree within ``TREE_SHARE`` of the verify step,
     at most ``cap`` (the draft server's own ΣF, which sizes its trees' KV)."""
     from sglang_ssd.planner.choose import plan
+    from sglang_ssd.target.auto_k import bucket_batches
 
     rows = []
-    for batch in BUDGET_BATCHES:
+    for batch in bucket_batches():
         p = plan(calibration, alpha, 1.0, batch=batch, k_max=k_max, tree_share=TREE_SHARE)
         rows.append([max(1, min(cap, pr.budget)) for pr in p.ssd])
     return rows

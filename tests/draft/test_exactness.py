@@ -149,6 +149,8 @@ def test_steered_depth_stays_exact(tiny_llama, fanout):
         assert req.tree.tokens.shape[1] == req.tree.steps_done == 2 and len(req.spec) == 4
         assert len(req.plan) == 5 and sum(req.plan) == engine.budget
         check_tree(engine, req)
+    engine.set_budget(3)  # a fan-out list given on the command line stays as given
+    assert engine.forks == (engine.budget if fanout else 3)
 
 
 @pytest.mark.parametrize("fanout", ["geometric", "uniform"])

@@ -96,16 +96,17 @@ def test_larger_batches_ask_for_smaller_trees(calibrated, capsys):
     planner's K is the launch's ΣF, no entry exceeds it, a larger batch never asks for more, and every
     entry's tree fits the rule of the batch-1 choice (at most TREE_SHARE of the verify step)."""
     from sglang_ssd.planner.choose import plan
+    from sglang_ssd.target.auto_k import bucket_batches
 
     cal = json.loads(CALIBRATION.read_text())
     k, budget, _ = defaults.choose(cal)
     table = launch(calibrated).tree_budgets
-    assert len(table) == len(defaults.BUDGET_BATCHES) and table[0][k - 1] == budget
+    assert len(table) == len(bucket_batches()) and table[0][k - 1] == budget
     assert "per request at batch 1/2/4/8" in capsys.readouterr().err
     for row, bigger in zip(table, table[1:]):
         assert all(1 <= b <= a <= budget for a, b in zip(row, bigger))
     assert table[2][k - 1] < budget / 2  # at batch 4 the batch-1 tree would not fit
-    for batch, row in zip(defaults.BUDGET_BATCHES, table):
+    for batch, row in zip(bucket_batches(), table):
         for p in plan(cal, defaults.PRIOR_ALPHA, 1.0, batch=batch, k_max=7, tree_share=defaults.TREE_SHARE).ssd:
             if row[p.k - 1] > 1:
                 assert p.draft_ms <= defaults.TREE_SHARE * p.verify_ms
