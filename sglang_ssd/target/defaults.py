@@ -6,9 +6,10 @@ draft server drafts the K it picks (``target/auto_k.py``). `make models` measure
 by verify width and the draft's steps and tree rounds (``bench/calibrate.py --quick``) into
 ``models/calibration.json``, next to the model folders; auto-K's ΣF, unless ``--ssd-budget`` names
 one, is the planner's (``sglang_ssd/planner/choose.py``) for its fastest SSD configuration at batch 1
-whose tree takes at most half of the verify step. At larger batches the planner's ΣF per request for
-each K under the same rule is what auto-K asks of the draft server round by round (``tree_budgets``):
-at c = 4 the batch-1 ΣF of 17 made 68 forks a round, where the planner's pick at K = 3 is 5 a request.
+whose tree takes at most ``TREE_SHARE`` of the verify step, with ΣF at most ``MAX_BUDGET``. At larger
+batches the planner's ΣF per request for each K under the same rule is what auto-K asks of the draft
+server round by round (``tree_budgets``): at c = 4 the batch-1 ΣF made 4 × 24 forks a round, where
+the planner's pick at K = 3 is 10 a request.
 The launcher prints the choice and why in one line. Without a calibration file ΣF is the constant of
 ``wire/settings.py`` (24) at every batch, and the line says so."""
 
@@ -24,10 +25,15 @@ CALIBRATION_NAME = "calibration.json"
 # The shipped draft's greedy per-token acceptance on held-out text is 0.43-0.50
 # (sglang_ssd/tools/weights/draft_eval*.json): the planner prices K with the middle of that range.
 PRIOR_ALPHA = 0.47
-# The most of a verify step the planner may fill with the pre-speculation tree. The tree's forwards also
-# slow the target's (one memory bus): at 0.75 this machine's pick was ΣF = 33, and its rounds took 83-86
-# ms against 76 ms for fixed K at ΣF = 12, for 0.03 more tokens a round (results/sigmaf33_2026-12-06/).
-TREE_SHARE = 0.5
+# The most of a verify step the planner may fill with the pre-speculation tree. At 0.5 the trees were
+# too small beyond batch 1: at c = 4 the table's ΣF (8 at K = 2) took 33 of a 71 ms verify step and hit
+# 0.64, where fixed K = 2 at ΣF = 24 took 55 ms, hit 0.81 and was 13 % faster; at c = 2 fixed K = 4's
+# 65 of 78 ms was the fastest configuration (bench/results/defaults_2026-12-06f).
+TREE_SHARE = 0.8
+# The most ΣF per request: the tree's forwards also slow the target's (one memory bus). At batch 1 the
+# planner's pick under the share, ΣF = 33, made rounds of 83-86 ms against 76 ms at ΣF = 12 for 0.03
+# more tokens a round (results/sigmaf33_2026-12-06/); fixed K at ΣF = 24 was the fastest at c = 1-2.
+MAX_BUDGET = 24
 # auto-K with ΣF by batch: 1.38x AR at c = 1, 0.93 / 0.93 / 0.89 of the best fixed K at c = 1 / 2 / 4,
 # parked at c = 8 (0.83x AR, 1.18x the best fixed K; bench/results/defaults_2026-12-06f)
 DEFAULT_K = "auto"
@@ -47,11 +53,11 @@ def calibration_path(draft_model_path: str | None) -> Path | None:
 
 def choose(calibration: dict, alpha: float = PRIOR_ALPHA) -> tuple[int, int, str]:
     """(K, ΣF, why): the planner's fastest SSD setting at batch 1 whose tree takes at most ``TREE_SHARE``
-    of the verify step (2026-12-05, without the margin: ΣF = 25 at K = 2, a tree predicted at 31.2 of
-    31.5 ms, and served hit 0.58 against 0.84 at ΣF = 24)."""
+    of the verify step and forks at most ``MAX_BUDGET`` (2026-12-05, without the margin: ΣF = 25 at
+    K = 2, a tree predicted at 31.2 of 31.5 ms, and served hit 0.58 against 0.84 at ΣF = 24)."""
     from sglang_ssd.planner.choose import plan
 
-    p = plan(calibration, alpha, 1.0, batch=1, k_max=7, tree_share=TREE_SHARE)
+    p = plan(calibration, alpha, 1.0, batch=1, k_max=7, max_budget=MAX_BUDGET, tree_share=TREE_SHARE)
     best = p.best_ssd
     if best is None:
         raise ValueError("the calibration has no draft timings")
@@ -70,7 +76,7 @@ def tree_budgets(calibration: dict, cap: int, alpha: float = PRIOR_ALPHA, k_max:
 
     rows = []
     for batch in bucket_batches():
-        p = plan(calibration, alpha, 1.0, batch=batch, k_max=k_max, tree_share=TREE_SHARE)
+        p = plan(calibration, alpha, 1.0, batch=batch, k_max=k_max, max_budget=MAX_BUDGET, tree_share=TREE_SHARE)
         rows.append([max(1, min(cap, pr.budget)) for pr in p.ssd])
     return rows
 
