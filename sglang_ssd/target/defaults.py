@@ -8,8 +8,7 @@ by verify width and the draft's steps and tree rounds (``bench/calibrate.py --qu
 one, is the planner's (``sglang_ssd/planner/choose.py``) for its fastest SSD configuration at batch 1
 whose tree takes at most ``TREE_SHARE`` of the verify step, with ΣF at most ``MAX_BUDGET``. At larger
 batches the planner's ΣF per request for each K under the same rule is what auto-K asks of the draft
-server round by round (``tree_budgets``): at c = 4 the batch-1 ΣF made 4 × 24 forks a round, where
-the planner's pick at K = 3 is 10 a request.
+server round by round (``tree_budgets``): at c = 8 the planner's pick at K = 3 is 6 a request.
 The launcher prints the choice and why in one line. Without a calibration file ΣF is the constant of
 ``wire/settings.py`` (24) at every batch, and the line says so."""
 
@@ -22,18 +21,19 @@ from pathlib import Path
 
 CALIBRATION_ENV = "SGLANG_SSD_CALIBRATION"
 CALIBRATION_NAME = "calibration.json"
-# The shipped draft's greedy per-token acceptance on held-out text is 0.43-0.50
-# (sglang_ssd/tools/weights/draft_eval*.json): the planner prices K with the middle of that range.
+# The shipped draft's greedy per-token acceptance on held-out text is 0.45-0.51
+# (sglang_ssd/tools/weights/draft_eval*.json), served 0.46-0.50 (grid defaults_2026-12-06f): the
+# planner prices K with a value inside both ranges.
 PRIOR_ALPHA = 0.47
-# The most of a verify step the planner may fill with the pre-speculation tree. At 0.5 the trees were
-# too small beyond batch 1: at c = 4 the table's ΣF (8 at K = 2) took 33 of a 71 ms verify step and hit
-# 0.64, where fixed K = 2 at ΣF = 24 took 55 ms, hit 0.81 and was 13 % faster; at c = 2 fixed K = 4's
-# 65 of 78 ms was the fastest configuration (bench/results/defaults_2026-12-06f).
+# The most of a verify step the planner may fill with the pre-speculation tree, and the most ΣF per
+# request. Grid defaults_2026-12-06f: the fixed K's, all at ΣF = 12, were the fastest at c = 1-4 (K = 4
+# at c = 1-2, the tree 46-65 ms of a 72-78 ms verify step; K = 2 at c = 4, 55 of 72 ms and a hit rate
+# of 0.81), where the planner's picks under a share of 0.5 drafted ΣF = 17 at batch 1 and 8 at K = 2
+# at batch 4 (33 of 71 ms, hit rate 0.64). Larger trees than 12 did not pay at batch 1 although the
+# planner predicts they do: their forwards also slow the target's (one memory bus), and at ΣF = 33 the
+# rounds took 83-86 ms against 76 ms at ΣF = 12, for 0.03 more tokens a round (results/sigmaf33_2026-12-06/).
 TREE_SHARE = 0.8
-# The most ΣF per request: the tree's forwards also slow the target's (one memory bus). At batch 1 the
-# planner's pick under the share, ΣF = 33, made rounds of 83-86 ms against 76 ms at ΣF = 12 for 0.03
-# more tokens a round (results/sigmaf33_2026-12-06/); fixed K at ΣF = 24 was the fastest at c = 1-2.
-MAX_BUDGET = 24
+MAX_BUDGET = 12
 # auto-K with ΣF by batch: 1.38x AR at c = 1, 0.93 / 0.93 / 0.89 of the best fixed K at c = 1 / 2 / 4,
 # parked at c = 8 (0.83x AR, 1.18x the best fixed K; bench/results/defaults_2026-12-06f)
 DEFAULT_K = "auto"

