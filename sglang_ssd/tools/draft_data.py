@@ -10,6 +10,11 @@ Per sequence the cache holds: `prompt` (int64 [P], chat-templated prompt ids), `
 generated ids, ending with EOS unless cut at `max_new`), `top_ids` (int32 [N, k]) and `top_logits`
 (float16 [N, k]): the target's k largest logits at the position that predicts `answer[i]`.
 
+On-policy data (`DataSpec.answerer`): a draft folder answers the prompts instead of the target, and one
+teacher-forced forward of the target scores every position of the draft's answer. Training on them
+teaches the draft the target's distribution where the draft's own proposals lead, which is where it is
+verified (DistillSpec's on-policy data); the cache tag names the answering draft's weights.
+
 The cache (top-k logits: ~200 bytes a token) lives outside git and does not outlive a checkout. What
 costs the hours, the answers themselves, is also kept in a small committed store (`data/draft_answers/`,
 uint16 ids, about 1 byte a token compressed, one `.npz` per data part; `AnswerStore`). A batch missing from the cache but present
@@ -65,6 +70,7 @@ class DataSpec:
     part: int = 0
     route: str = "hf"  # "hf": the batched transformers loop; "server": an AR SGLang server (3x faster here)
     max_prompt: int = 512  # prompt tokens kept (the end of a longer prompt: the question sits there)
+    answerer: str = ""  # a draft folder that answers instead of the target (on-policy data); "" = the target
 
 
 @torch.inference_mode()
@@ -242,6 +248,8 @@ def build_dataset(target_dir: Path, cache_dir: Path, spec: DataSpec, cached_only
     answers is not generating). ``answers_dir``: the answer store (None: not used)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from sglang_ssd.tools.draft_model import load_draft
+
     if spec.batch <= 0 or spec.max_new <= 0 or spec.top_k <= 0 or spec.max_prompt <= 0:
         raise ValueError(f"batch, max_new, top_k and max_prompt must be positive, got {spec}")
     if spec.source not in SOURCES:
@@ -257,11 +265,11 @@ def build_dataset(target_dir: Path, cache_dir: Path, spec: DataSpec, cached_only
     if spec.route not in ("hf", "server"):
         raise ValueError(f"route must be 'hf' or 'server', got {spec.route!r}")
     prefix = {"templates": "", "sharegpt": "sharegpt_", "sharegpt-held-out": "sharegpt_held_out_"}[spec.source]
-    prefix = ("srv_" if spec.route == "server" else "") + prefix
+    prefix = ("srv_" if spec.route == "server" and not spec.answerer else "") + prefix
     tag = prefix + f"g{spec.n_greedy}_s{spec.n_sampled}_t{spec.temperature}_n{spec.max_new}_k{spec.top_k}_b{spec.batch}_seed{spec.seed}" + (
-        f"_p{spec.part}" if spec.part else "")
+        f"_p{spec.part}" if spec.part else "") + (f"_by{answerer_digest(spec.answerer)}" if spec.answerer else "")
     store = AnswerStore(answers_dir / f"{tag}.npz") if answers_dir is not None else None
-    model = server = None
+    model = server = drafter = None
     records: list[dict] = []
     t0 = time.time()
     bar = tqdm(batches, desc="target answers", unit="batch")
@@ -283,7 +291,12 @@ def build_dataset(target_dir: Path, cache_dir: Path, spec: DataSpec, cached_only
                 cpu0, wall0 = time.process_time(), time.time()
                 temp = jobs[members[0]][1]
                 batch_seed = spec.seed * 100_003 + spec.part * 1_000 + bi
-                if spec.route == "server":
+                if spec.answerer:
+                    drafter = drafter or load_draft(spec.answerer)
+                    model = model or AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
+                    recs = on_policy_batch(drafter, model, [ids[j] for j in members], spec, temp, batch_seed,
+                                           tokenizer.eos_token_id, tokenizer.pad_token_id)  # fmt: skip
+                elif spec.route == "server":
                     server = server or _start_server(target_dir, spec.batch, spec.max_prompt + spec.max_new)
                     recs = server_batch(server, [ids[j] for j in members], spec.max_new, temp, spec.top_k, batch_seed)
                 else:
@@ -309,10 +322,44 @@ def build_dataset(target_dir: Path, cache_dir: Path, spec: DataSpec, cached_only
     return records
 
 
+def answerer_digest(folder: str) -> str:
+    """Eight hex digits naming a draft folder's weights (draft_build's stamp, else the file's hash)."""
+    import hashlib
+    import json
+
+    stamp = Path(folder) / "draft_build.json"
+    if stamp.is_file():
+        return json.loads(stamp.read_text())["weights_sha256"][:8]
+    return hashlib.sha256((Path(folder) / "model.safetensors").read_bytes()).hexdigest()[:8]
+
+
+def on_policy_batch(drafter, target, prompts: list[list[int]], spec: DataSpec, temperature: float, seed: int,
+                    eos_id: int, pad_id: int) -> list[dict]:
+    """The draft's answers (greedy at temperature 0, else sampled), each position scored by the target:
+    its top-k logits at the position that predicts the draft's token."""
+    gen = torch.Generator().manual_seed(seed)
+    recs = generate_batch(drafter, prompts, spec.max_new, temperature, spec.top_k, eos_id, pad_id, gen)
+    tops = teacher_tops(target, prompts, [r["answer"].tolist() for r in recs], spec.top_k, pad_id)
+    for r, (ti, tv) in zip(recs, tops):
+        r.update(top_ids=ti, top_logits=tv, top_kind="logit")
+    return recs
+
+
 def _save(path: Path, records: list[dict]) -> None:
     tmp = path.with_suffix(".tmp")
     torch.save(records, tmp)
     tmp.rename(path)
+
+
+def parse_parts(text: str) -> list[int]:
+    """Part numbers from '0', '0-7', '0,2,5' or '' (none)."""
+    parts: list[int] = []
+    for item in filter(None, text.split(",")):
+        lo, _, hi = item.partition("-")
+        if not lo.isdigit() or not (hi or lo).isdigit() or int(hi or lo) < int(lo):
+            raise ValueError(f"parts must look like '0', '0-7' or '0,2,5', got {text!r}")
+        parts += list(range(int(lo), int(hi or lo) + 1))
+    return parts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -332,16 +379,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--route", choices=("hf", "server"), default="server",
                     help="server: an AR SGLang server answers each batch (bench/datagen_routes.py: 3x the hf loop)")
+    ap.add_argument("--answerer", default="", help="a draft folder that answers instead of the target, the "
+                    "target scoring its answers (on-policy data)")
     args = ap.parse_args(argv)
-    parts: list[int] = []
-    for item in args.parts.split(","):
-        lo, _, hi = item.partition("-")
-        parts += list(range(int(lo), int(hi or lo) + 1))
     torch.set_num_threads(1)
     total = 0
-    for part in parts:
+    for part in parse_parts(args.parts):
         spec = DataSpec(n_greedy=args.n_greedy, n_sampled=args.n_sampled, max_new=args.max_new, batch=args.batch,
-                        seed=args.seed, part=part, source=args.source, route=args.route)  # fmt: skip
+                        seed=args.seed, part=part, source=args.source, route=args.route,
+                        answerer=args.answerer)  # fmt: skip
         records = build_dataset(args.target, args.data, spec, answers_dir=args.answers)
         n_tok = sum(len(r["answer"]) for r in records)
         total += n_tok

@@ -44,7 +44,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from sglang_ssd.tools.draft_data import ANSWERS, DataSpec, build_dataset
+from sglang_ssd.tools.draft_data import ANSWERS, DataSpec, build_dataset, parse_parts
 from sglang_ssd.tools.draft_model import DRAFT_TOKEN_IDS, HEAD_FROM_EMBEDDING, SubsetHead, draft_config
 
 DEFAULT_OUT = Path(__file__).parent / "weights" / "draft_weights.safetensors"
@@ -233,6 +233,10 @@ def load_records(args) -> tuple[list[dict], list[dict]]:
     specs += [DataSpec(n_greedy=args.sharegpt_n_greedy, n_sampled=args.sharegpt_n_sampled, max_new=args.max_new,
                        seed=args.seed, part=part, source="sharegpt", route=args.route)
               for part in range(args.sharegpt_parts)]  # fmt: skip
+    # On-policy parts: the same kind of ShareGPT prompts, answered by --onpolicy-draft, scored by the target.
+    specs += [DataSpec(n_greedy=args.sharegpt_n_greedy, n_sampled=args.sharegpt_n_sampled, max_new=args.max_new,
+                       seed=args.seed, part=part, source="sharegpt", route="hf", answerer=str(args.onpolicy_draft))
+              for part in args.onpolicy_parts]  # fmt: skip
     records = [r for spec in specs for r in build_dataset(args.target, args.data, spec, args.cached_only, args.answers)]
     if args.val_sharegpt:
         spec = DataSpec(n_greedy=args.val_sharegpt, n_sampled=0, max_new=args.max_new, seed=args.seed,
@@ -373,7 +377,8 @@ def train(args) -> dict:
         "total_wall_s": round(wall), "total_cpu_s": round(cpu), "out": str(args.out),
         "generation_cpu_s_recorded": round(sum(r.get("gen_cpu_s", 0.0) for r in records + held)),
         "holdout_every": args.holdout, "val_sharegpt": args.val_sharegpt, "val_log": log["val"],
-        "sharegpt_parts": args.sharegpt_parts, "hard_weight": args.hard_weight, "tv_weight": args.tv_weight,
+        "sharegpt_parts": args.sharegpt_parts, "onpolicy_parts": args.onpolicy_parts,
+        "onpolicy_draft": str(args.onpolicy_draft) if args.onpolicy_parts else None, "hard_weight": args.hard_weight, "tv_weight": args.tv_weight,
         "init": str(args.init) if args.init else None,
     }  # fmt: skip
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
@@ -447,6 +452,11 @@ def parse_args(argv: list[str] | None = None):
                     help="validate on the target's greedy answers to this many held-out ShareGPT prompts")
     ap.add_argument("--route", choices=("hf", "server"), default="server",
                     help="how the ShareGPT data was (or is to be) generated: its cache tag (draft_data.py)")
+    ap.add_argument("--onpolicy-parts", type=parse_parts, default=[],
+                    help="ShareGPT train-split parts ('8' or '8-9') answered by --onpolicy-draft and scored by the "
+                    "target (on-policy data), added to the training data")
+    ap.add_argument("--onpolicy-draft", type=Path, default=Path("models/draft"),
+                    help="the draft folder that answers the on-policy parts (the shipped draft's: models/draft)")
     ap.add_argument("--cached-only", action="store_true",
                     help="train on the cached batches only (generation still running elsewhere)")
     ap.add_argument("--init", type=Path, default=None,
@@ -465,8 +475,8 @@ def parse_args(argv: list[str] | None = None):
         raise ValueError("--steps, --batch and --lr must be positive, --parts and --holdout non-negative")
     if args.init is not None and args.init.resolve() == args.out.resolve():
         raise ValueError("--init and --out are the same file: the run would overwrite its own starting point")
-    if args.parts + args.sharegpt_parts == 0:
-        raise ValueError("no training data: --parts and --sharegpt-parts are both 0")
+    if args.parts + args.sharegpt_parts + len(args.onpolicy_parts) == 0:
+        raise ValueError("no training data: --parts, --sharegpt-parts and --onpolicy-parts are all empty")
     if not 0 <= args.val_sharegpt <= 256 or args.sharegpt_parts < 0:
         raise ValueError("--val-sharegpt must be in [0, 256] (the held-out slice), --sharegpt-parts >= 0")
     return args

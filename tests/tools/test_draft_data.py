@@ -97,3 +97,41 @@ def test_a_batch_in_the_store_is_rebuilt_not_generated(tmp_path, monkeypatch, ta
     assert [r["answer"].tolist() for r in again] == [r["answer"].tolist() for r in first]
     assert all(r.get("rebuilt") for r in again) and len(list((tmp_path / "other_cache").glob("*.pt"))) == 1
     assert list(draft_data.AnswerStore(stored).batches) == [0]
+
+
+DRAFT = ROOT / "models" / "draft"
+
+
+def test_on_policy_records_hold_the_drafts_answers_and_the_targets_scores(tmp_path, monkeypatch, target):
+    """An on-policy batch: the answer is the draft's own greedy continuation, every position carries the
+    target's top-k at the position that predicts it (one plain forward of the target over prompt +
+    answer agrees), the tag names the draft, and another checkout rebuilds the batch from the store."""
+    from sglang_ssd.tools.draft_model import load_draft
+
+    model, tok = target
+    draft = require_model(DRAFT)
+    spec = DataSpec(n_greedy=2, n_sampled=0, batch=2, max_new=6, top_k=4, source="templates", answerer=str(draft))
+    monkeypatch.setattr(draft_data, "_start_server", lambda *a, **kw: pytest.fail("on-policy data needs no server"))
+    recs = build_dataset(require_model(TARGET), tmp_path / "cache", spec, answers_dir=tmp_path / "answers")
+    (stored,) = (tmp_path / "answers").glob("*.npz")
+    assert f"_by{draft_data.answerer_digest(str(draft))}" in stored.name and not stored.name.startswith("srv_")
+    drafter = load_draft(draft)
+    with torch.no_grad():
+        for r in recs:
+            seq = torch.cat([r["prompt"], r["answer"]])[None]
+            p = len(r["prompt"])
+            d_next = drafter(input_ids=seq).logits[0, p - 1 : -1].argmax(-1)
+            t_top = model(input_ids=seq).logits[0, p - 1 : -1].topk(4, dim=-1).indices
+            assert r["answer"].tolist() == d_next.tolist()  # greedy: the draft's own argmax
+            assert r["top_ids"][:, 0].long().tolist() == t_top[:, 0].tolist()  # scored by the target
+            assert set(r["top_ids"][-1].tolist()) == set(t_top[-1].tolist())
+    again = build_dataset(TARGET, tmp_path / "other_cache", spec, cached_only=True, answers_dir=tmp_path / "answers")
+    assert [r["answer"].tolist() for r in again] == [r["answer"].tolist() for r in recs]
+    assert all(r.get("rebuilt") for r in again)
+
+
+def test_parts_are_read_as_lists_and_ranges():
+    assert draft_data.parse_parts("0") == [0] and draft_data.parse_parts("") == []
+    assert draft_data.parse_parts("8-9,12") == [8, 9, 12]
+    with pytest.raises(ValueError, match="parts must look like"):
+        draft_data.parse_parts("9-8")
