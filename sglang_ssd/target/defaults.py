@@ -51,13 +51,19 @@ def calibration_path(draft_model_path: str | None) -> Path | None:
     return None
 
 
+def plan_under_rule(calibration: dict, alpha: float, batch: int, k_max: int = 7):
+    """The planner's predictions at ``batch`` with every tree within ``TREE_SHARE`` of the verify step
+    and at most ``MAX_BUDGET`` forks per request: the one rule behind the launch's ΣF and its table."""
+    from sglang_ssd.planner.choose import plan
+
+    return plan(calibration, alpha, 1.0, batch=batch, k_max=k_max, max_budget=MAX_BUDGET, tree_share=TREE_SHARE)
+
+
 def choose(calibration: dict, alpha: float = PRIOR_ALPHA) -> tuple[int, int, str]:
     """(K, ΣF, why): the planner's fastest SSD setting at batch 1 whose tree takes at most ``TREE_SHARE``
     of the verify step and forks at most ``MAX_BUDGET`` (2026-12-05, without the margin: ΣF = 25 at
     K = 2, a tree predicted at 31.2 of 31.5 ms, and served hit 0.58 against 0.84 at ΣF = 24)."""
-    from sglang_ssd.planner.choose import plan
-
-    p = plan(calibration, alpha, 1.0, batch=1, k_max=7, max_budget=MAX_BUDGET, tree_share=TREE_SHARE)
+    p = plan_under_rule(calibration, alpha, batch=1)
     best = p.best_ssd
     if best is None:
         raise ValueError("the calibration has no draft timings")
@@ -71,14 +77,10 @@ def tree_budgets(calibration: dict, cap: int, alpha: float = PRIOR_ALPHA, k_max:
     """ΣF per request by auto-K's batch-size bucket (rows) and K = 1..k_max (entries): the planner's best
     ΣF for that K at the bucket's smallest batch with the tree within ``TREE_SHARE`` of the verify step,
     at most ``cap`` (the draft server's own ΣF, which sizes its trees' KV)."""
-    from sglang_ssd.planner.choose import plan
     from sglang_ssd.target.auto_k import bucket_batches
 
-    rows = []
-    for batch in bucket_batches():
-        p = plan(calibration, alpha, 1.0, batch=batch, k_max=k_max, max_budget=MAX_BUDGET, tree_share=TREE_SHARE)
-        rows.append([max(1, min(cap, pr.budget)) for pr in p.ssd])
-    return rows
+    return [[max(1, min(cap, pr.budget)) for pr in plan_under_rule(calibration, alpha, batch, k_max).ssd]
+            for batch in bucket_batches()]  # fmt: skip
 
 
 def apply(config, given: set[str], draft_model_path: str | None):

@@ -29,7 +29,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
 STAMP = "draft_build.json"
 
 
-def _digest(path: Path) -> str:
+def file_digest(path: Path) -> str:
+    """sha256 of a file, read in 1 MB chunks."""
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
@@ -61,8 +62,8 @@ def build(target: Path, out: Path, weights: Path = DEFAULT_WEIGHTS) -> Path:
         raise ValueError(f"target folder is missing or incomplete: {target}")
     if not weights.is_file():
         raise ValueError(f"draft weights file not found: {weights}")
-    stamp = {"weights_sha256": _digest(weights),
-             "target_config_sha256": _digest(target / "config.json"),
+    stamp = {"weights_sha256": file_digest(weights),
+             "target_config_sha256": file_digest(target / "config.json"),
              "target_weights_size": (target / "model.safetensors").stat().st_size}
     if (out / STAMP).is_file() and json.loads((out / STAMP).read_text()) == stamp:
         return out

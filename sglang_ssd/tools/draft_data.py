@@ -324,13 +324,14 @@ def build_dataset(target_dir: Path, cache_dir: Path, spec: DataSpec, cached_only
 
 def answerer_digest(folder: str) -> str:
     """Eight hex digits naming a draft folder's weights (draft_build's stamp, else the file's hash)."""
-    import hashlib
     import json
 
-    stamp = Path(folder) / "draft_build.json"
+    from sglang_ssd.tools.draft_build import STAMP, file_digest
+
+    stamp = Path(folder) / STAMP
     if stamp.is_file():
         return json.loads(stamp.read_text())["weights_sha256"][:8]
-    return hashlib.sha256((Path(folder) / "model.safetensors").read_bytes()).hexdigest()[:8]
+    return file_digest(Path(folder) / "model.safetensors")[:8]
 
 
 def on_policy_batch(drafter, target, prompts: list[list[int]], spec: DataSpec, temperature: float, seed: int,

@@ -96,7 +96,6 @@ def test_larger_batches_ask_for_smaller_trees(calibrated, capsys):
     planner's K is the launch's ΣF, no entry exceeds it, a larger batch never asks for more, and every
     entry's tree fits the rule of the batch-1 choice (at most TREE_SHARE of the verify step, at most
     MAX_BUDGET forks)."""
-    from sglang_ssd.planner.choose import plan
     from sglang_ssd.target.auto_k import bucket_batches
 
     cal = json.loads(CALIBRATION.read_text())
@@ -108,8 +107,7 @@ def test_larger_batches_ask_for_smaller_trees(calibrated, capsys):
         assert all(1 <= b <= a <= budget for a, b in zip(row, bigger))
     assert table[2][k - 1] < budget  # at batch 4 the batch-1 tree would not fit
     for batch, row in zip(bucket_batches(), table):
-        for p in plan(cal, defaults.PRIOR_ALPHA, 1.0, batch=batch, k_max=7, max_budget=defaults.MAX_BUDGET,
-                      tree_share=defaults.TREE_SHARE).ssd:  # fmt: skip
+        for p in defaults.plan_under_rule(cal, defaults.PRIOR_ALPHA, batch).ssd:
             if row[p.k - 1] > 1:
                 assert p.draft_ms <= defaults.TREE_SHARE * p.verify_ms and row[p.k - 1] == min(budget, p.budget)
     assert launch(calibrated, "--ssd-budget", "9").tree_budgets == []  # a named ΣF holds at every batch
@@ -120,8 +118,7 @@ def test_the_tree_margin_keeps_the_tree_inside_the_verify_step():
 
     cal = json.loads(CALIBRATION.read_text())
     free = plan(cal, defaults.PRIOR_ALPHA, 1.0, k_max=7).best_ssd
-    held = plan(cal, defaults.PRIOR_ALPHA, 1.0, k_max=7, max_budget=defaults.MAX_BUDGET,
-                tree_share=defaults.TREE_SHARE).best_ssd  # fmt: skip
+    held = defaults.plan_under_rule(cal, defaults.PRIOR_ALPHA, batch=1).best_ssd
     assert held.draft_ms <= defaults.TREE_SHARE * held.verify_ms and held.budget <= defaults.MAX_BUDGET
     assert free.draft_ms > defaults.TREE_SHARE * free.verify_ms  # the margin changes the choice here
     assert free.budget > defaults.MAX_BUDGET  # and so does the cap
