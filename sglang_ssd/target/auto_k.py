@@ -21,10 +21,10 @@ straight line through the measured widths' ratios (least squares, each weighted 
 so that thousands of plain steps do not drown the few drafted ones). A CPU's cost curve is not
 straight (the jump from one token to two is the largest), hence the widths' own means once known.
 
-Plain decoding and a one-token draft are tried first in a new bucket (a bucket larger than one where
-plain decoding already won starts parked). A random width every `EXPLORE_EVERY` rounds afterwards
-keeps the estimates honest, so a changing workload (larger batches, where verification grows
-costlier; text the draft predicts better) moves the choice. While plain decoding wins the worker
+Plain decoding (`PLAIN_FIRST` measured rounds) and a one-token draft are tried first in a new
+bucket (a bucket larger than one where plain decoding already won starts parked). A random width
+every `EXPLORE_EVERY` rounds afterwards keeps the estimates honest, so a changing workload (larger
+batches, where verification grows costlier; text the draft predicts better) moves the choice. While plain decoding wins the worker
 parks its requests on the draft server, and trying a draft costs re-opening them: explorations are
 then 1–2 tokens, every `EXPLORE_PARKED` rounds, doubling after each one that leaves plain decoding
 the winner (up to `EXPLORE_PARKED_MAX`); a draft winning again resets the interval. Switching
@@ -56,11 +56,24 @@ from __future__ import annotations
 import random
 
 from sglang_ssd.algo.policy import expected_tokens
+from sglang_ssd.target.defaults import PRIOR_ALPHA
 
 EXPLORE_EVERY = 16
 EXPLORE_PARKED = 128  # while plain decoding wins: trying a draft means re-opening every request
 EXPLORE_PARKED_MAX = 1024  # the back-off's cap: a changed workload is still noticed within ~1000 rounds
-EMA = 0.2  # weight of a new sample in a running mean
+EMA = 0.2  # weight of a new sample in a running mean (once its first samples are averaged)
+# The widths' step ratios are relative, so old samples still apply: a long memory. A single step on
+# this 2-core host varies by 15-30 %, and with EMA's 0.2 the batch-1 ratio of a 4-token verify read
+# 1.04-1.41 over one grid's runs (defaults_2026-12-06g), a wider spread than the gains being weighed (bench/auto_k_noise.py: at 30 % step noise the
+# realized rate rose from 0.87 to 0.96 of the best fixed K at batch 1 and from 0.92 to 0.95 at batch
+# 4, with PLAIN_FIRST and the prior; 0.99 and 0.98 where plain decoding wins, as before).
+RATIO_EMA = 0.05
+# Plain rounds measured before a bucket drafts: every ratio is taken against the plain mean, and one
+# lucky-fast first plain step made every draft look slow and parked the bucket for good.
+PLAIN_FIRST = 3
+# α's prior, worth this many judged positions: a few unlucky first drafts (α read 0.24-0.36 where it
+# was 0.47) parked a bucket that the rare, short parked explorations then seldom freed.
+PRIOR_TRIALS = 20
 FIT_WEIGHT_CAP = 10  # a width's weight in the line: its count, up to this
 OWN_AFTER = 3
 SWITCH_MARGIN = 0.05  # predicted gain needed to switch between plain decoding and drafting
@@ -92,9 +105,11 @@ def bucket_batches() -> list[int]:
     return [1 << (b - 1) for b in range(1, BUCKETS + 1)]
 
 
-def running_mean(m: list[float], x: float) -> None:
-    """``m`` = [mean, samples]: the first sample sets the mean, each later one moves it by ``EMA``."""
-    m[0] = x if m[1] == 0 else (1 - EMA) * m[0] + EMA * x
+def running_mean(m: list[float], x: float, ema: float = EMA) -> None:
+    """``m`` = [mean, samples]: the mean of the samples so far until a new one's share falls to ``ema``,
+    then each new sample moves it by ``ema``."""
+    w = max(1.0 / (m[1] + 1), ema)
+    m[0] = (1 - w) * m[0] + w * x
     m[1] += 1
 
 
@@ -112,8 +127,8 @@ class AutoK:
         self.plain: dict[int, list[float]] = {}  # bucket -> [running mean of plain steps (ms), count]
         self.ratios: dict[tuple[int, int], list[float]] = {}  # (bucket, width) -> [EMA of S(w)/S(1), count]
         self.gap_ms = 0.0
-        self.accepted = 1.0  # prior: α = 0.5 over two pseudo-trials
-        self.judged = 2.0
+        self.accepted = PRIOR_ALPHA * PRIOR_TRIALS  # α's prior, the planner's
+        self.judged = float(PRIOR_TRIALS)
         self.best: dict[int, int] = {}  # bucket -> the last K the model chose (not an exploration)
         self.until_explore: dict[int, int] = {}  # bucket -> rounds left before its next exploration
         self.parked_every: dict[int, int] = {}  # bucket -> its current parked exploration interval
@@ -234,7 +249,7 @@ class AutoK:
         if self.probe_left:  # the measured second round of a plain exploration
             self.probe_left -= 1
             k = 0
-        elif 1 not in seen:
+        elif self.plain.get(b, (0.0, 0))[1] < PLAIN_FIRST:
             k = 0
         elif len(seen) < 2:
             k = 1 if explore or not parked else 0
@@ -325,7 +340,7 @@ class AutoK:
         if width == 1:
             running_mean(self.plain.setdefault(b, [0.0, 0]), step_ms)
         elif plain is not None:  # (choose starts every bucket with a plain step)
-            running_mean(self.ratios.setdefault((b, width), [0.0, 0]), step_ms / plain[0])
+            running_mean(self.ratios.setdefault((b, width), [0.0, 0]), step_ms / plain[0], RATIO_EMA)
 
     def snapshot(self) -> dict:
         return {

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from sglang_ssd.algo.policy import expected_tokens
-from sglang_ssd.target.auto_k import AutoK
+from sglang_ssd.target.auto_k import PLAIN_FIRST, AutoK
 
 CPU_STEP_MS = {1: 70.0, 2: 95.0, 3: 110.0, 4: 100.0, 5: 116.0}  # whole worker steps, 2-core CPU shape
 FLAT_STEP_MS = {w: 20.0 + 0.5 * w for w in range(1, 6)}
@@ -66,10 +66,10 @@ def test_never_below_plain_decoding_on_a_cpu_curve():
 def test_each_bucket_measures_two_widths_first_and_fits_a_line():
     auto = AutoK(3)
     first = []
-    for _ in range(2):
+    for _ in range(PLAIN_FIRST + 1):
         first.append(auto.choose(1))
         auto.observe(1, first[-1] + 1, 10.0 + 5.0 * first[-1], None, [0], [first[-1]])
-    assert first == [0, 1]
+    assert first == [0] * PLAIN_FIRST + [1]  # several plain steps: every ratio is taken against their mean
     assert auto.step_ms(1, 4) == pytest.approx(25.0)  # extrapolated on the line through both widths
     assert auto.choose(8) == 0  # a new batch-size bucket starts its own measurements
     assert auto.predicted_rate(8, 2) is None
@@ -142,9 +142,9 @@ def test_parked_explorations_back_off_and_reset_when_a_draft_wins():
     assert gaps == sorted(gaps) and gaps[0] <= 2 * mod.EXPLORE_PARKED < gaps[2]  # backing off
     assert gaps[-1] == mod.EXPLORE_PARKED_MAX == max(gaps)  # up to the cap
     # The machine changes: verification becomes nearly free and the draft good. Drafts win again
-    # within a few capped intervals (each try moves the width's running mean by EMA), and the parked
-    # interval is forgotten.
-    for _ in range(4 * mod.EXPLORE_PARKED_MAX + 200):
+    # within a few capped intervals (each try moves the width's ratio by RATIO_EMA: 5 intervals here,
+    # 3 with the shorter memory of 0.2), and the parked interval is forgotten.
+    for _ in range(6 * mod.EXPLORE_PARKED_MAX + 200):
         k = auto.choose(1)
         auto.observe(1, k + 1, 20.0 + 0.5 * k, 15.0, [k], [k])
     assert auto.best[1] > 0 and 1 not in auto.parked_every
@@ -313,6 +313,14 @@ def test_the_ceiling_leaves_out_depths_whose_extra_token_is_inside_the_noise():
     assert max(picks) <= 3 and auto.depth(1) <= 3
 
 
+def prefix_accepted(rng: random.Random, k: int, alpha: float) -> int:
+    """Tokens accepted of ``k`` drafted, each judged only if all before it were accepted."""
+    a = 0
+    while a < k and rng.random() < alpha:
+        a += 1
+    return a
+
+
 def dips(auto: AutoK, rounds: int, reopen_ms: float = 12.0, seed: int = 0):
     """c = 8: the batch is 8, and 7 for one round in six (a request ended, its successor is in prefill).
     Drafting K = 1 wins by 9 % at 7 (bucket 4-7) and loses by 9 % at 8, before re-opens; leaving plain
@@ -323,7 +331,7 @@ def dips(auto: AutoK, rounds: int, reopen_ms: float = 12.0, seed: int = 0):
         bs = 7 if i % 6 == 5 else 8
         k = min(auto.choose(bs), 2)
         opened = bs if k and last == 0 else 0
-        accepted = [sum(1 for _ in range(k) if rng.random() < 0.5) for _ in range(bs)]
+        accepted = [prefix_accepted(rng, k, 0.5) for _ in range(bs)]
         step = steps[bs][k + 1] * (1 + 0.03 * rng.uniform(-1, 1))
         auto.observe(bs, k + 1, step, 3.0, accepted, [k] * bs, opened=opened, open_ms=reopen_ms * opened)
         tokens += sum(accepted) + bs
@@ -352,7 +360,7 @@ def test_a_batch_size_that_holds_still_un_parks_when_drafting_wins():
     auto, rng, steps, last = AutoK(2), random.Random(0), {1: 90.0, 2: 124.0, 3: 150.0}, 0
     for _ in range(400):
         k = auto.choose(7)
-        accepted = [sum(1 for _ in range(k) if rng.random() < 0.5) for _ in range(7)]
+        accepted = [prefix_accepted(rng, k, 0.5) for _ in range(7)]
         opened = 7 if k and last == 0 else 0
         auto.observe(7, k + 1, steps[k + 1], 3.0, accepted, [k] * 7, opened=opened, open_ms=12.0 * opened)
         last = k
