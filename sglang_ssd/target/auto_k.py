@@ -56,7 +56,6 @@ from __future__ import annotations
 import random
 
 from sglang_ssd.algo.policy import expected_tokens
-from sglang_ssd.target.defaults import PRIOR_ALPHA
 
 EXPLORE_EVERY = 16
 EXPLORE_PARKED = 128  # while plain decoding wins: trying a draft means re-opening every request
@@ -71,6 +70,10 @@ RATIO_EMA = 0.05
 # Plain rounds measured before a bucket drafts: every ratio is taken against the plain mean, and one
 # lucky-fast first plain step made every draft look slow and parked the bucket for good.
 PLAIN_FIRST = 3
+# The shipped draft's greedy per-token acceptance on held-out text is 0.45-0.51
+# (sglang_ssd/tools/weights/draft_eval*.json), served 0.46-0.50 (grid defaults_2026-12-06f): auto-K
+# starts from a value inside both ranges, and the launch's planner prices K with it (defaults.py).
+PRIOR_ALPHA = 0.47
 # α's prior, worth this many judged positions: a few unlucky first drafts (α read 0.24-0.36 where it
 # was 0.47) parked a bucket that the rare, short parked explorations then seldom freed.
 PRIOR_TRIALS = 20
@@ -127,7 +130,7 @@ class AutoK:
         self.plain: dict[int, list[float]] = {}  # bucket -> [running mean of plain steps (ms), count]
         self.ratios: dict[tuple[int, int], list[float]] = {}  # (bucket, width) -> [EMA of S(w)/S(1), count]
         self.gap_ms = 0.0
-        self.accepted = PRIOR_ALPHA * PRIOR_TRIALS  # α's prior, the planner's
+        self.accepted = PRIOR_ALPHA * PRIOR_TRIALS  # α's prior
         self.judged = float(PRIOR_TRIALS)
         self.best: dict[int, int] = {}  # bucket -> the last K the model chose (not an exploration)
         self.until_explore: dict[int, int] = {}  # bucket -> rounds left before its next exploration

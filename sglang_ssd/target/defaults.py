@@ -19,12 +19,10 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+from sglang_ssd.target.auto_k import PRIOR_ALPHA, bucket_batches
+
 CALIBRATION_ENV = "SGLANG_SSD_CALIBRATION"
 CALIBRATION_NAME = "calibration.json"
-# The shipped draft's greedy per-token acceptance on held-out text is 0.45-0.51
-# (sglang_ssd/tools/weights/draft_eval*.json), served 0.46-0.50 (grid defaults_2026-12-06f): the
-# planner prices K with a value inside both ranges.
-PRIOR_ALPHA = 0.47
 # The most of a verify step the planner may fill with the pre-speculation tree, and the most ΣF per
 # request. Grid defaults_2026-12-06f: the fixed K's, all at ΣF = 12, were the fastest at c = 1-4 (K = 4
 # at c = 1-2, the tree 46-65 ms of a 72-78 ms verify step; K = 2 at c = 4, 55 of 72 ms and a hit rate
@@ -77,8 +75,6 @@ def tree_budgets(calibration: dict, cap: int, alpha: float = PRIOR_ALPHA, k_max:
     """ΣF per request by auto-K's batch-size bucket (rows) and K = 1..k_max (entries): the planner's best
     ΣF for that K at the bucket's smallest batch with the tree within ``TREE_SHARE`` of the verify step,
     at most ``cap`` (the draft server's own ΣF, which sizes its trees' KV)."""
-    from sglang_ssd.target.auto_k import bucket_batches
-
     return [[max(1, min(cap, pr.budget)) for pr in plan_under_rule(calibration, alpha, batch, k_max).ssd]
             for batch in bucket_batches()]  # fmt: skip
 

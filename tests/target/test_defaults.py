@@ -12,6 +12,7 @@ import pytest
 from sglang_ssd.draft.cli import build_server, parse_args
 from sglang_ssd.launch_server import build_sglang_argv
 from sglang_ssd.target import defaults
+from sglang_ssd.target.auto_k import PRIOR_ALPHA
 from sglang_ssd.target.draft_fleet import draft_server_command
 from sglang_ssd.wire import DraftClient, DraftParams, Outcome
 from sglang_ssd.wire.settings import AUTO_K_MAX, DraftSettings
@@ -107,7 +108,7 @@ def test_larger_batches_ask_for_smaller_trees(calibrated, capsys):
         assert all(1 <= b <= a <= budget for a, b in zip(row, bigger))
     assert table[2][k - 1] < budget  # at batch 4 the batch-1 tree would not fit
     for batch, row in zip(bucket_batches(), table):
-        for p in defaults.plan_under_rule(cal, defaults.PRIOR_ALPHA, batch).ssd:
+        for p in defaults.plan_under_rule(cal, PRIOR_ALPHA, batch).ssd:
             if row[p.k - 1] > 1:
                 assert p.draft_ms <= defaults.TREE_SHARE * p.verify_ms and row[p.k - 1] == min(budget, p.budget)
     assert launch(calibrated, "--ssd-budget", "9").tree_budgets == []  # a named ΣF holds at every batch
@@ -117,8 +118,8 @@ def test_the_tree_margin_keeps_the_tree_inside_the_verify_step():
     from sglang_ssd.planner.choose import plan
 
     cal = json.loads(CALIBRATION.read_text())
-    free = plan(cal, defaults.PRIOR_ALPHA, 1.0, k_max=7).best_ssd
-    held = defaults.plan_under_rule(cal, defaults.PRIOR_ALPHA, batch=1).best_ssd
+    free = plan(cal, PRIOR_ALPHA, 1.0, k_max=7).best_ssd
+    held = defaults.plan_under_rule(cal, PRIOR_ALPHA, batch=1).best_ssd
     assert held.draft_ms <= defaults.TREE_SHARE * held.verify_ms and held.budget <= defaults.MAX_BUDGET
     assert free.draft_ms > defaults.TREE_SHARE * free.verify_ms  # the margin changes the choice here
     assert free.budget > defaults.MAX_BUDGET  # and so does the cap
