@@ -42,16 +42,24 @@ def _ssd_line(before: dict, after: dict) -> str:
     return f"hit rate {w['hit_rate']:.2f}, alpha {w['alpha']:.2f}, {w['tokens_per_round']:.2f} tokens per round"
 
 
+def _settings_line(server: SGLangServer) -> str:
+    """What the launcher picked and why: its one ``sglang_ssd: SSD ...`` line in the server's log."""
+    for line in server.log_path.read_text(errors="replace").splitlines():
+        if line.startswith("sglang_ssd: SSD "):
+            return line.removeprefix("sglang_ssd: ")
+    return "the launcher's settings line is not in the server log"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default=str(ROOT / "models" / "target"))
     ap.add_argument("--draft", default=str(ROOT / "models" / "draft"))
     ap.add_argument("--per-kind", type=int, default=1)
     ap.add_argument("--max-new-tokens", type=int, default=64)
-    # The settings of the CPU benchmarks (bench/README.md), not the GPU-minded launch defaults.
-    ap.add_argument("--ssd-k", default="4")
-    ap.add_argument("--ssd-budget", default="12")
-    ap.add_argument("--ssd-backup", default="auto")
+    # Unset, the SSD server launches as a user's would with no --ssd-* flag: the launcher picks K and ΣF.
+    ap.add_argument("--ssd-k", default=None, help="e.g. 4 or auto (default: the launch default)")
+    ap.add_argument("--ssd-budget", default=None, help="ΣF per tree (default: the launch default)")
+    ap.add_argument("--ssd-backup", default=None, help="fast|neural|auto (default: the launch default)")
     args = ap.parse_args(argv)
     for name, path in (("--target", args.target), ("--draft", args.draft)):
         if not (Path(path) / "config.json").is_file():
@@ -64,13 +72,17 @@ def main(argv: list[str] | None = None) -> int:
     prompts = [_chat(tok, p.prompt) for p in chosen]
     two_cores = len(os.sched_getaffinity(0)) >= 2
     base = ["--model-path", args.target, *CPU_SERVER_ARGS]
+    flags = [(f, v) for f, v in (("--ssd-k", args.ssd_k), ("--ssd-budget", args.ssd_budget),
+                                 ("--ssd-backup", args.ssd_backup)) if v is not None]  # fmt: skip
     ssd_args = [*base, "--speculative-algorithm", "SSD", "--speculative-draft-model-path", args.draft,
-                "--ssd-k", args.ssd_k, "--ssd-budget", args.ssd_budget, "--ssd-backup", args.ssd_backup]
+                *(x for pair in flags for x in pair)]
     if two_cores:
         ssd_args += ["--ssd-draft-cores", "1"]
     with SGLangServer(base, cpu_cores={0} if two_cores else None) as ar, \
             SGLangServer(ssd_args, cpu_cores={0} if two_cores else None) as ssd:
         servers = {"AR": ar, "SSD": ssd}
+        settings = _settings_line(ssd)
+        print(f"SSD server: {settings}", flush=True)
         for name, server in servers.items():
             print(f"{name} server ready in {server.start_seconds:.0f} s; warming up ...", flush=True)
             _timed(server, prompts[0], 8)
@@ -99,8 +111,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:4s}: {tokens[name] / seconds[name]:6.1f} tokens/s ({tokens[name]} tokens in "
               f"{seconds[name]:.1f} s){extra}")
     ratio = (tokens["SSD"] / seconds["SSD"]) / (tokens["AR"] / seconds["AR"])
-    print(f"SSD/AR = {ratio:.2f} (K = {args.ssd_k}, budget {args.ssd_budget}, backup {args.ssd_backup}; "
-          "one short run: `make bench` measures with repeats and a noise band)")
+    given = " ".join(f"{f} {v}" for f, v in flags) or "no --ssd-* flag"
+    print(f"SSD/AR = {ratio:.2f} ({given}: {settings}; one short run: `make bench` measures with repeats "
+          "and a noise band)")
     # Both servers ran their linears on this route (their logs say so): SGLANG_SSD_CPU_LINEAR=torch for A/B.
     print(f"CPU linear route: {clib.setting()} ({clib.ENV})")
     return 0
