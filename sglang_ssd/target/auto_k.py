@@ -70,9 +70,10 @@ RATIO_EMA = 0.05
 # Plain rounds measured before a bucket drafts: every ratio is taken against the plain mean, and one
 # lucky-fast first plain step made every draft look slow and parked the bucket for good.
 PLAIN_FIRST = 3
-# The shipped draft's greedy per-token acceptance on held-out text is 0.45-0.51
-# (sglang_ssd/tools/weights/draft_eval*.json), served 0.46-0.50 (grid defaults_2026-12-06f): auto-K
-# starts from a value inside both ranges, and the launch's planner prices K with it (defaults.py).
+# The draft shipped before f1fc32c had greedy per-token acceptance 0.45-0.51 on held-out text and
+# served 0.46-0.50 (grid defaults_2026-12-06f); the current one reads 0.48-0.54 held out and served 0.51
+# (grid h). auto-K starts from this value and the launch's planner prices K with it (defaults.py); it
+# stays at the low end, since raising it moves the launch's ΣF table, which no grid has measured.
 PRIOR_ALPHA = 0.47
 # α's prior, worth this many judged positions: a few unlucky first drafts (α read 0.24-0.36 where it
 # was 0.47) parked a bucket that the rare, short parked explorations then seldom freed.

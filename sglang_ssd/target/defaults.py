@@ -8,9 +8,10 @@ by verify width and the draft's steps and tree rounds (``bench/calibrate.py --qu
 one, is the planner's (``sglang_ssd/planner/choose.py``) for its fastest SSD configuration at batch 1
 whose tree takes at most ``TREE_SHARE`` of the verify step, with ΣF at most ``MAX_BUDGET``. At larger
 batches the planner's ΣF per request for each K under the same rule is what auto-K asks of the draft
-server round by round (``tree_budgets``): at c = 8 the planner's pick at K = 3 is 6 a request.
-The launcher prints the choice and why in one line. Without a calibration file ΣF is the constant of
-``wire/settings.py`` (24) at every batch, and the line says so."""
+server round by round (``tree_budgets``): at c = 8 the planner's pick at K = 3 was 5 a request on
+this machine's calibration of 2026-12-06. The launcher prints the choice and why in one line. Without
+a calibration file ΣF is the constant of ``wire/settings.py`` (24) at every batch, and the line says
+so."""
 
 from __future__ import annotations
 
