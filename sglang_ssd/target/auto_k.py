@@ -68,15 +68,16 @@ EMA = 0.2  # weight of a new sample in a running mean (once its first samples ar
 # 4, with PLAIN_FIRST and the prior; 0.99 and 0.98 where plain decoding wins, as before).
 RATIO_EMA = 0.05
 # Plain rounds measured before a bucket drafts: every ratio is taken against the plain mean, and one
-# lucky-fast first plain step made every draft look slow and parked the bucket for good.
+# lucky-fast first plain step made every draft look slow and parked the bucket for good (in the
+# traces of bench/auto_k_noise.py's simulation).
 PLAIN_FIRST = 3
 # The draft shipped before f1fc32c had greedy per-token acceptance 0.45-0.51 on held-out text and
 # served 0.46-0.50 (grid defaults_2026-12-06f); the current one reads 0.48-0.54 held out and served 0.51
 # (grid h). auto-K starts from this value and the launch's planner prices K with it (defaults.py); it
 # stays at the low end, since raising it moves the launch's ΣF table, which no grid has measured.
 PRIOR_ALPHA = 0.47
-# α's prior, worth this many judged positions: a few unlucky first drafts (α read 0.24-0.36 where it
-# was 0.47) parked a bucket that the rare, short parked explorations then seldom freed.
+# α's prior, worth this many judged positions: in the simulation a few unlucky first drafts (α read
+# 0.24-0.36 where it was 0.47) parked a bucket that the rare, short parked explorations seldom freed.
 PRIOR_TRIALS = 20
 FIT_WEIGHT_CAP = 10  # a width's weight in the line: its count, up to this
 OWN_AFTER = 3
