@@ -24,8 +24,8 @@ straight (the jump from one token to two is the largest), hence the widths' own 
 Plain decoding (`PLAIN_FIRST` measured rounds) and a one-token draft are tried first in a new
 bucket (a bucket larger than one where plain decoding already won starts parked). A random width
 every `EXPLORE_EVERY` rounds afterwards keeps the estimates honest, so a changing workload (larger
-batches, where verification grows costlier; text the draft predicts better) moves the choice. While plain decoding wins the worker
-parks its requests on the draft server, and trying a draft costs re-opening them: explorations are
+batches, where verification grows costlier; text the draft predicts better) moves the choice. While
+plain decoding wins the worker parks its requests on the draft server, and trying a draft costs re-opening them: explorations are
 then 1–2 tokens, every `EXPLORE_PARKED` rounds, doubling after each one that leaves plain decoding
 the winner (up to `EXPLORE_PARKED_MAX`); a draft winning again resets the interval. Switching
 between plain decoding and drafting needs a predicted gain of `SWITCH_MARGIN`, since parking and
@@ -63,9 +63,10 @@ EXPLORE_PARKED_MAX = 1024  # the back-off's cap: a changed workload is still not
 EMA = 0.2  # weight of a new sample in a running mean (once its first samples are averaged)
 # The widths' step ratios are relative, so old samples still apply: a long memory. A single step on
 # this 2-core host varies by 15-30 %, and with EMA's 0.2 the batch-1 ratio of a 4-token verify read
-# 1.04-1.41 over one grid's runs (defaults_2026-12-06g), a wider spread than the gains being weighed (bench/auto_k_noise.py: at 30 % step noise the
-# realized rate rose from 0.87 to 0.96 of the best fixed K at batch 1 and from 0.92 to 0.95 at batch
-# 4, with PLAIN_FIRST and the prior; 0.99 and 0.98 where plain decoding wins, as before).
+# 1.04-1.41 over one grid's runs (defaults_2026-12-06g), a wider spread than the gains being weighed.
+# bench/auto_k_noise.py: at 30 % step noise the realized rate rose from 0.87 to 0.96 of the best fixed
+# K at batch 1 and from 0.92 to 0.95 at batch 4, with PLAIN_FIRST and the prior; 0.99 and 0.98 where
+# plain decoding wins, as before.
 RATIO_EMA = 0.05
 # Plain rounds measured before a bucket drafts: every ratio is taken against the plain mean, and one
 # lucky-fast first plain step made every draft look slow and parked the bucket for good (in the

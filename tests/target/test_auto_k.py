@@ -15,6 +15,14 @@ CPU_STEP_MS = {1: 70.0, 2: 95.0, 3: 110.0, 4: 100.0, 5: 116.0}  # whole worker s
 FLAT_STEP_MS = {w: 20.0 + 0.5 * w for w in range(1, 6)}
 
 
+def prefix_accepted(rng: random.Random, k: int, alpha: float) -> int:
+    """Tokens accepted of ``k`` drafted, each judged only if all before it were accepted."""
+    a = 0
+    while a < k and rng.random() < alpha:
+        a += 1
+    return a
+
+
 def simulate(auto: AutoK, step_ms: dict, alpha: float, batch_of, rounds: int, seed: int = 0):
     """Run ``rounds`` rounds; returns (tokens emitted, ms spent) per batch size."""
     rng = random.Random(seed)
@@ -22,12 +30,7 @@ def simulate(auto: AutoK, step_ms: dict, alpha: float, batch_of, rounds: int, se
     for i in range(rounds):
         bs = batch_of(i)
         k = auto.choose(bs)
-        accepted = []
-        for _ in range(bs):
-            a = 0
-            while a < k and rng.random() < alpha:
-                a += 1
-            accepted.append(a)
+        accepted = [prefix_accepted(rng, k, alpha) for _ in range(bs)]
         ms = step_ms[k + 1] * (1 + 0.05 * rng.uniform(-1, 1)) * (bs ** 0.5)
         auto.observe(bs, k + 1, ms, 15.0, accepted, [k] * bs)
         t = totals.setdefault(bs, [0.0, 0.0])
@@ -311,14 +314,6 @@ def test_the_ceiling_leaves_out_depths_whose_extra_token_is_inside_the_noise():
             auto.observe(1, w, {1: 30.0, 2: 40.0, 3: 40.0, 4: 40.0, 8: 30.0}[w], 2.0, [0], [w - 1])
     picks = [auto.choose(1) for _ in range(200)]
     assert max(picks) <= 3 and auto.depth(1) <= 3
-
-
-def prefix_accepted(rng: random.Random, k: int, alpha: float) -> int:
-    """Tokens accepted of ``k`` drafted, each judged only if all before it were accepted."""
-    a = 0
-    while a < k and rng.random() < alpha:
-        a += 1
-    return a
 
 
 def dips(auto: AutoK, rounds: int, reopen_ms: float = 12.0, seed: int = 0):

@@ -12,7 +12,7 @@ import pytest
 from sglang_ssd.draft.cli import build_server, parse_args
 from sglang_ssd.launch_server import build_sglang_argv
 from sglang_ssd.target import defaults
-from sglang_ssd.target.auto_k import PRIOR_ALPHA
+from sglang_ssd.target.auto_k import PRIOR_ALPHA, bucket_batches
 from sglang_ssd.target.draft_fleet import draft_server_command
 from sglang_ssd.wire import DraftClient, DraftParams, Outcome
 from sglang_ssd.wire.settings import AUTO_K_MAX, DraftSettings
@@ -97,8 +97,6 @@ def test_larger_batches_ask_for_smaller_trees(calibrated, capsys):
     planner's K is the launch's ΣF, no entry exceeds it, a larger batch never asks for more, and every
     entry's tree fits the rule of the batch-1 choice (at most TREE_SHARE of the verify step, at most
     MAX_BUDGET forks)."""
-    from sglang_ssd.target.auto_k import bucket_batches
-
     cal = json.loads(CALIBRATION.read_text())
     k, budget, _ = defaults.choose(cal)
     table = launch(calibrated).tree_budgets
