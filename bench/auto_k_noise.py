@@ -9,7 +9,8 @@ is a batch size with its plain step, its verify-width cost ratios, the draft's �
 whose speculation was a cache hit, in the ranges grid ``defaults_2026-12-06g`` measured; the last one is
 a batch where plain decoding wins. A round draws the step time from the world's cost times a
 log-normal noise (σ = ``--noise``) and a slow ±10 % drift, and its accepted tokens from α on a hit (a
-miss accepts nothing). The same seed gives auto-K and each fixed K the same noise, and the line reports
+miss drafts nothing, as the fast backup mostly does; so does a request's first round after an
+open). The same seed gives auto-K and each fixed K the same noise, and the line reports
 auto-K's tokens per ms over the best fixed K's: its mean over seeds and its 10th percentile (a run that
 parks where drafting wins, or drafts where it loses, shows there).
 """
@@ -76,10 +77,13 @@ def run(world: World, policy, noise: float, rounds: int, seed: int) -> float:
         k = policy.choose(world.batch)
         opened = world.batch if k and last_k == 0 else 0
         last_k = k
-        accepted = [_accepted(rng, k, world) for _ in range(world.batch)]
+        # A miss is answered by the fast backup, here proposing nothing; a re-opened request's first
+        # speculation is the open's backup (a miss), not a pre-drafted tree.
+        drafted = [k if k and not opened and rng.random() < world.hit else 0 for _ in range(world.batch)]
+        accepted = [_accepted(rng, d, world) for d in drafted]
         drift = 1.0 + 0.1 * math.sin(i / 200)
         step = world.plain_ms * (world.ratio[k + 1] if k else 1.0) * drift * math.exp(rng.gauss(0.0, noise))
-        policy.observe(world.batch, k + 1, step, world.gap_ms, accepted, [k] * world.batch,
+        policy.observe(world.batch, k + 1, step, world.gap_ms, accepted, drafted,
                        opened=opened, open_ms=world.reopen_ms * opened)  # fmt: skip
         tokens += sum(accepted) + world.batch
         ms += step + world.gap_ms + world.reopen_ms * opened
@@ -87,11 +91,10 @@ def run(world: World, policy, noise: float, rounds: int, seed: int) -> float:
 
 
 def _accepted(rng: random.Random, k: int, world: World) -> int:
-    """Tokens accepted of ``k`` drafted: none on a miss, else each judged while all before it passed."""
+    """Tokens accepted of ``k`` drafted, each judged while all before it passed."""
     a = 0
-    if k and rng.random() < world.hit:
-        while a < k and rng.random() < world.alpha:
-            a += 1
+    while a < k and rng.random() < world.alpha:
+        a += 1
     return a
 
 

@@ -25,13 +25,14 @@ Plain decoding (`PLAIN_FIRST` measured rounds) and a one-token draft are tried f
 bucket (a bucket larger than one where plain decoding already won starts parked). A random width
 every `EXPLORE_EVERY` rounds afterwards keeps the estimates honest, so a changing workload (larger
 batches, where verification grows costlier; text the draft predicts better) moves the choice. While
-plain decoding wins the worker parks its requests on the draft server, and trying a draft costs re-opening them: explorations are
-then 1–2 tokens, every `EXPLORE_PARKED` rounds, doubling after each one that leaves plain decoding
-the winner (up to `EXPLORE_PARKED_MAX`); a draft winning again resets the interval. Switching
+plain decoding wins the worker parks its requests on the draft server, and trying a draft costs
+re-opening them: explorations are then 1–2 tokens for `PARKED_PROBE` rounds, every `EXPLORE_PARKED`
+rounds, doubling after each one that leaves plain decoding the winner (up to `EXPLORE_PARKED_MAX`); a
+draft winning again resets the interval. Switching
 between plain decoding and drafting needs a predicted gain of `SWITCH_MARGIN`, since parking and
-re-opening cost more than the step rates show; within drafting the best K is taken as is. Batch 1
-parks only after `PARK_AFTER` drafted rounds, unless plain decoding is predicted `CLEAR_LOSS` times
-faster: on fewer, a few bad first drafts could park it for hundreds of rounds.
+re-opening cost more than the step rates show; within drafting the best K is taken as is. A bucket
+parks only after `PARK_AFTER` drafted request-rounds, unless plain decoding is predicted
+`CLEAR_LOSS` times faster: on fewer, a few bad first drafts could park it for hundreds of rounds.
 
 What a plain step costs is measured with the draft server quiet: a plain round right after a drafted one
 overlaps the draft server's last tree steps (its requests are closed without waiting), so only a plain
@@ -39,7 +40,8 @@ round that follows another is a sample, and a plain exploration from drafting la
 beside a busy draft server, plain decoding read 86 ms at c = 8 where the AR server's median time per
 output token was 72: parking looked worse than it is, and the default drafted at 0.81x AR. What a
 drafted round yields is measured too: a miss answered by the fast backup drafts fewer than K tokens, so
-the tokens a round actually accepted, over what E(α, K) expects, scale the drafted gain (at c = 4,
+the tokens a warm round (one that opened no request) actually accepted, over what E(α, K) expects,
+scale the drafted gain (at c = 4,
 rounds of K = 3 accepted 0.53 tokens where E(α, K) − 1 was 0.82). Opening new requests on the draft
 server is a cost only drafting pays; its running mean per drafted round is added to drafted steps.
 
@@ -81,14 +83,17 @@ PRIOR_ALPHA = 0.47
 # 0.24-0.36 where it was 0.47) parked a bucket that the rare, short parked explorations seldom freed.
 PRIOR_TRIALS = 20
 FIT_WEIGHT_CAP = 10  # a width's weight in the line: its count, up to this
+# Drafted rounds an exploration from plain decoding lasts: its first round re-opens the batch and
+# verifies the open's backup (cold, teaching only the step time); the next verifies pre-drafted trees.
+PARKED_PROBE = 2
 OWN_AFTER = 3
 SWITCH_MARGIN = 0.05  # predicted gain needed to switch between plain decoding and drafting
-# Drafted rounds the batch-1 bucket must have measured before it may park on a near thing: one
-# request's first drafts give few, noisy α samples and step times (a re-open, a cold tree), and a
-# parked bucket re-learns only from rare explorations. Larger buckets decide on their first
-# measurements as before: a round gives one α sample per request, and every return to drafting
-# re-opens the whole batch on the draft server (at c = 8 the rule cost 7-17 %). Where plain decoding
-# is predicted CLEAR_LOSS times faster than any draft, batch 1 parks at once too.
+# Drafted request-rounds (a round at batch b counts b) a bucket must have measured before it may park
+# on a near thing: the first drafts give few, noisy α samples and step times, and a parked bucket
+# re-learns only from rare explorations. Counting
+# request-rounds, batch 1 waits 24 rounds and batch 8 three: each of its rounds gives one α sample per
+# request, and 24 rounds there, each return to drafting re-opening the whole batch, cost c = 8 7-17 %.
+# Where plain decoding is predicted CLEAR_LOSS times faster than any draft, a bucket parks at once.
 PARK_AFTER = 24
 CLEAR_LOSS = 1.5
 MAX_GAP_S = 1.0  # a longer pause between steps is idleness, not scheduler work
@@ -147,6 +152,8 @@ class AutoK:
         self.switches = 0  # rounds that switched between plain decoding and drafting
         self.prev_width: int | None = None  # the last observed round's verified width
         self.probe_left = 0  # plain rounds still owed to a plain exploration from drafting
+        self.draft_probe: tuple[int, int] = (0, 0)  # (K, rounds still owed) of an exploration from parked
+        self.evidence: dict[int, int] = {}  # bucket -> drafted request-rounds measured
         self.open_ms = 0.0  # running mean of the opens waited for in a drafted round (new requests)
         self.yielded: dict[int, list[float]] = {}  # bucket -> decayed [tokens accepted, E(α, K) − 1 expected]
         self.rng = random.Random(seed)
@@ -186,10 +193,6 @@ class AutoK:
         var = sw * sxx - sx * sx
         slope = max(0.0, (sw * sxy - sx * sy) / var) if var > 1e-9 else 0.0
         return plain[0] * max((sy - slope * sx) / sw + slope * (width - 1), 1e-3)
-
-    def drafted_rounds(self, b: int) -> int:
-        """Rounds bucket ``b`` measured at a drafted width (every one after its first plain step)."""
-        return sum(int(n) for (bb, _), (_, n) in self.ratios.items() if bb == b)
 
     def ceiling(self) -> int:
         """The deepest K worth weighing at the live α (``DEPTH_GAIN_MIN``), at most ``k_max``."""
@@ -255,6 +258,9 @@ class AutoK:
         if self.probe_left:  # the measured second round of a plain exploration
             self.probe_left -= 1
             k = 0
+        elif self.draft_probe[1] and parked:  # the warm rounds of a drafted exploration from parked
+            k, n = self.draft_probe
+            self.draft_probe = (k, n - 1)
         elif self.plain.get(b, (0.0, 0))[1] < PLAIN_FIRST:
             k = 0
         elif len(seen) < 2:
@@ -263,6 +269,7 @@ class AutoK:
             # (a draw past the ceiling explores the ceiling: plain decoding keeps its share of the draws)
             k = self.rng.randint(1, min(2, top)) if parked else min(self.rng.randint(0, self.k_max), top)
             self.probe_left = int(k == 0 and bool(self.last_k))
+            self.draft_probe = (k, PARKED_PROBE - 1) if parked else (0, 0)
         else:
             rates = [self.predicted_rate(batch, k) for k in range(top + 1)]
             k = max(range(top + 1), key=rates.__getitem__)
@@ -273,7 +280,7 @@ class AutoK:
                 k = 0
             elif self.best.get(b, 0) > 0 and k == 0 and rates[0] < (1 + SWITCH_MARGIN) * rates[drafting]:
                 k = drafting
-            elif (k == 0 and b == 1 and self.best.get(b) != 0 and self.drafted_rounds(b) < PARK_AFTER
+            elif (k == 0 and self.best.get(b) != 0 and self.evidence.get(b, 0) < PARK_AFTER
                   and rates[0] < CLEAR_LOSS * rates[drafting]):
                 k = drafting  # too little evidence to park on a near thing yet
             self.best[b] = k
@@ -315,7 +322,7 @@ class AutoK:
         self._observe_opens(width, after, opened, open_ms)
         if gap_ms is not None and gap_ms < 1000 * MAX_GAP_S:
             self.gap_ms = (1 - EMA) * self.gap_ms + EMA * gap_ms
-        self._observe_acceptance(b, width, accepted, drafted)
+        self._observe_acceptance(b, width, accepted, drafted, warm=not opened)
         # A plain round right after a drafted one ran beside a draft server still finishing its trees:
         # not what plain decoding costs.
         if width > 1 or after in (None, 1):
@@ -328,13 +335,20 @@ class AutoK:
         if width > 1 and after not in (None, 1):  # (a re-opening round's opens are priced as re-opens)
             self.open_ms = (1 - EMA) * self.open_ms + EMA * open_ms
 
-    def _observe_acceptance(self, b: int, width: int, accepted: list[int], drafted: list[int]) -> None:
-        """Per-token α over positions judged (accepted + the rejection), and the bucket's yield share."""
+    def _observe_acceptance(self, b: int, width: int, accepted: list[int], drafted: list[int],
+                            warm: bool = True) -> None:
+        """Per-token α over positions judged (accepted + the rejection), and the bucket's yield share
+        from ``warm`` rounds only: a request opened this round drafted from the open's backup, not a
+        pre-drafted tree. Every return from plain decoding re-opens the batch, so its cold first round
+        taught a parked bucket that drafts yield little, over and over (grid h, c = 4: yield 0.43 from
+        16 such rounds, then parked for 934 of 950)."""
         for a, d in zip(accepted, drafted):
             if d > 0:
                 self.accepted += a
                 self.judged += a + (1 if a < d else 0)
         if width > 1:
+            self.evidence[b] = self.evidence.get(b, 0) + len(accepted)
+        if width > 1 and warm:
             acc, exp = self.yielded.setdefault(b, [YIELD_PRIOR, YIELD_PRIOR])
             expected = len(accepted) * (expected_tokens(self.alpha, width - 1) - 1.0)
             self.yielded[b] = [YIELD_DECAY * acc + sum(accepted), YIELD_DECAY * exp + expected]

@@ -135,11 +135,12 @@ def test_parked_explorations_back_off_and_reset_when_a_draft_wins():
     from sglang_ssd.target import auto_k as mod
 
     auto = AutoK(4)
-    tries = []
+    tries, last = [], 0
     for i in range(6000):
         k = auto.choose(1)
-        if k and i > 50:
+        if k and not last and i > 50:  # (each try drafts PARKED_PROBE rounds)
             tries.append(i)
+        last = k
         auto.observe(1, k + 1, CPU_STEP_MS[k + 1], 15.0, [0], [k])
     gaps = [b - a for a, b in zip(tries, tries[1:])]
     assert gaps == sorted(gaps) and gaps[0] <= 2 * mod.EXPLORE_PARKED < gaps[2]  # backing off
@@ -409,3 +410,23 @@ def test_a_drafted_round_is_priced_at_what_such_rounds_yielded():
     assert auto.yield_share(auto.bucket(4)) < 0.5
     assert auto.chosen[0] > 0.8 * sum(auto.chosen), auto.chosen
     assert tokens / ms >= 0.97 * 4 / 83.0
+
+
+def test_re_opened_rounds_do_not_teach_the_yield():
+    """Every return from plain decoding re-opens the batch on the draft server, and that round's
+    speculations are the open's backup (at batch 4 the n-gram lookup, here proposing nothing), not
+    pre-drafted trees. Counted as drafted rounds, they taught a fresh bucket that drafts yield little
+    and parked it, though warm drafted rounds of K = 2 pay 13 % over plain decoding (grid h, c = 4)."""
+    auto, rng, tokens, ms, last_k = AutoK(3), random.Random(5), 0.0, 0.0, None
+    steps = {1: 80.0, 2: 115.0, 3: 125.0, 4: 140.0}
+    for _ in range(1500):
+        k = auto.choose(4)
+        opened = 4 if k and last_k in (None, 0) else 0
+        drafted = [0 if opened else k] * 4
+        accepted = [prefix_accepted(rng, d, 0.5) for d in drafted]
+        auto.observe(4, k + 1, steps[k + 1], 3.0, accepted, drafted, opened=opened, open_ms=4 * opened)
+        tokens, ms, last_k = tokens + 4 + sum(accepted), ms + steps[k + 1] + 3.0 + 4 * opened, k
+    assert auto.yield_share(auto.bucket(4)) > 0.9
+    assert sum(auto.chosen[1:]) > 0.9 * sum(auto.chosen), auto.chosen
+    best_fixed = max(4 * expected_tokens(0.5, k) / (steps[k + 1] + 3.0) for k in range(4))
+    assert tokens / ms >= 0.95 * best_fixed
