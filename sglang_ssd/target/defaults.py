@@ -33,8 +33,8 @@ CALIBRATION_NAME = "calibration.json"
 # rounds took 83-86 ms against 76 ms at ΣF = 12, for 0.03 more tokens a round (results/sigmaf33_2026-12-06/).
 TREE_SHARE = 0.8
 MAX_BUDGET = 12
-# auto-K with ΣF by batch: 0.93 / 1.03 / 0.90 of the best fixed K at c = 1 / 2 / 4 (1.16x AR at c = 1),
-# parked at c = 8 (0.93x AR, 1.20x the best fixed K; bench/results/defaults_2026-12-06g)
+# auto-K with ΣF by batch: 1.04 / 0.91 / 0.97 / 1.20 of the best fixed K at c = 1 / 2 / 4 / 8 (1.28x AR
+# at c = 1; mostly parked at c = 8; two repeats, bench/results/defaults_2026-12-07a)
 DEFAULT_K = "auto"
 # what the launcher fills in when no flag names it (the README's flag table says so)
 LAUNCH_DEFAULTS = {"k": "`auto`", "budget": "the planner's pick from `models/calibration.json` for auto-K (at batch 1; "
