@@ -28,11 +28,11 @@ batches, where verification grows costlier; text the draft predicts better) move
 plain decoding wins the worker parks its requests on the draft server, and trying a draft costs
 re-opening them: explorations are then 1–2 tokens for `PARKED_PROBE` rounds, every `EXPLORE_PARKED`
 rounds, doubling after each one that leaves plain decoding the winner (up to `EXPLORE_PARKED_MAX`); a
-draft winning again resets the interval. Switching
-between plain decoding and drafting needs a predicted gain of `SWITCH_MARGIN`, since parking and
-re-opening cost more than the step rates show; within drafting the best K is taken as is. A bucket
-parks only after `PARK_AFTER` drafted request-rounds, unless plain decoding is predicted
-`CLEAR_LOSS` times faster: on fewer, a few bad first drafts could park it for hundreds of rounds.
+draft winning again resets the interval. Switching between plain decoding and drafting needs a
+predicted gain of `SWITCH_MARGIN`, since parking and re-opening cost more than the step rates show;
+within drafting the best K is taken as is. A bucket parks only after `PARK_AFTER` drafted
+request-rounds, unless plain decoding is predicted `CLEAR_LOSS` times faster: on fewer, a few bad
+first drafts could park it for hundreds of rounds.
 
 What a plain step costs is measured with the draft server quiet: a plain round right after a drafted one
 overlaps the draft server's last tree steps (its requests are closed without waiting), so only a plain
@@ -90,9 +90,9 @@ OWN_AFTER = 3
 SWITCH_MARGIN = 0.05  # predicted gain needed to switch between plain decoding and drafting
 # Drafted request-rounds (a round at batch b counts b) a bucket must have measured before it may park
 # on a near thing: the first drafts give few, noisy α samples and step times, and a parked bucket
-# re-learns only from rare explorations. Counting
-# request-rounds, batch 1 waits 24 rounds and batch 8 three: each of its rounds gives one α sample per
-# request, and 24 rounds there, each return to drafting re-opening the whole batch, cost c = 8 7-17 %.
+# re-learns only from rare explorations. Counting request-rounds, batch 1 waits 24 rounds and batch 8
+# three: each of its rounds gives one α sample per request, and 24 rounds there, each return to
+# drafting re-opening the whole batch, cost c = 8 7-17 %.
 # Where plain decoding is predicted CLEAR_LOSS times faster than any draft, a bucket parks at once.
 PARK_AFTER = 24
 CLEAR_LOSS = 1.5
