@@ -117,7 +117,7 @@ def build_student(target, layers: list[int], token_ids: torch.Tensor, freeze: tu
 def read_init(path: Path, layers: list[int]) -> tuple[torch.Tensor, dict, dict]:
     """(head token ids, trained tensors in fp32, its frozen target copies) of a draft weights file, with
     its layer keys renumbered to this run's student. The file's layers must all appear in --layers, in
-    the same order: a run may grow the draft (the added layers start as target copies), not reshuffle it."""
+    the same order: a run may grow the draft (see load_init for the added layers), not reshuffle it."""
     from sglang_ssd.tools.draft_build import read_weights
 
     cfg, tensors, copies = read_weights(path)
@@ -136,6 +136,10 @@ def read_init(path: Path, layers: list[int]) -> tuple[torch.Tensor, dict, dict]:
     return ids, {move(k): v for k, v in tensors.items()}, {move(k): v for k, v in copies.items()}
 
 
+# The two projections that write an added layer's result into the residual stream.
+ADDED_LAYER_OUTPUTS = ("self_attn.o_proj.weight", "mlp.down_proj.weight")
+
+
 def _from_init(key: str, init_layers: set[int]) -> bool:
     """Whether a student key is one a grown run takes from the --init file (not a layer it added)."""
     parts = key.split(".")
@@ -145,7 +149,9 @@ def _from_init(key: str, init_layers: set[int]) -> bool:
 def load_init(student, init: dict, init_copies: dict, copies: dict, path: Path) -> None:
     """Overwrite the student's trained tensors with the --init file's: for the layers it holds, it must
     hold exactly the tensors save_weights would write for this run (same --freeze parts, nothing missing,
-    nothing extra); layers the run adds keep their target copies."""
+    nothing extra). Layers the run adds start as target copies with their trained output projections
+    zeroed: a residual no-op, so the grown draft begins as exactly the init draft (a plain target layer
+    dropped into a trained stack first undoes its training)."""
     layers = {int(k.split(".")[2]) for k in [*init, *init_copies] if k.startswith("model.layers.")}
     if init_copies != {k: v for k, v in copies.items() if _from_init(k, layers)}:
         raise ValueError(f"--init {path} was trained with other --freeze parts than this run")
@@ -155,6 +161,9 @@ def load_init(student, init: dict, init_copies: dict, copies: dict, path: Path) 
         raise ValueError(f"--init {path} does not hold this run's trained tensors (e.g. {odd})")
     head = init.pop("lm_head.weight", None)
     student.load_state_dict(init, strict=False)
+    for name, p in student.named_parameters():
+        if p.requires_grad and not _from_init(name, layers) and name.endswith(ADDED_LAYER_OUTPUTS):
+            p.data.zero_()
     if head is not None:  # a grown head keeps its added rows as the target's embedding rows
         student.lm_head.weight.data[: head.shape[0]] = head
 
@@ -461,7 +470,8 @@ def parse_args(argv: list[str] | None = None):
                     help="train on the cached batches only (generation still running elsewhere)")
     ap.add_argument("--init", type=Path, default=None,
                     help="start from this draft weights file instead of target copies (same --freeze; its layers "
-                    "must appear in --layers in order, added layers start as target copies); "
+                    "must appear in --layers in order; added layers start as target copies with their output "
+                    "projections zeroed, so the grown draft begins as this one); "
                     "its head rows come first; a larger --vocab adds rows (target copies) after them")
     ap.add_argument("--resume-from-shipped", action="store_true",
                     help="--init from the committed draft weights (copied under --out's folder first), with "

@@ -109,15 +109,32 @@ def test_warm_start_grows_the_draft_around_the_init_layers(tmp_path, monkeypatch
     for key, value in a.items():
         new_key = next((key.replace(old, to, 1) for old, to in moved.items() if key.startswith(old)), key)
         assert torch.equal(g[new_key], value), key
-    # The added layer is the target copy a cold run starts from (Adam's first step moves weights near
-    # zero by about the learning rate, 1e-12: hence the tolerance).
+    # The added layer is the target copy a cold run starts from, its two output projections zeroed
+    # (Adam's first step moves weights by about the learning rate, 1e-12: hence the tolerance).
     same = lambda k: torch.allclose(g[k].float(), c[k].float(), rtol=0, atol=1e-9)  # noqa: E731
     added = [k for k in g if k.startswith("model.layers.1.")]
-    assert added and all(same(k) for k in added)
+    zeroed = [k for k in added if k.endswith(draft_train.ADDED_LAYER_OUTPUTS)]
+    assert len(zeroed) == 2 and all(g[k].abs().max() <= 1e-9 for k in zeroed)
+    assert all(same(k) for k in added if k not in zeroed)
     assert not all(same(k) for k in g if k.startswith("model.layers.2."))
     with pytest.raises(ValueError, match="in that order"):
         draft_train.train(_args(tmp_path / "x.safetensors", False, "--freeze", "", "--layers", "3,0",
                                 "--init", str(first)))  # fmt: skip
+
+
+def test_a_grown_draft_starts_where_its_init_draft_stands(tmp_path, monkeypatch):
+    # An added layer is a residual no-op at step 0: validation before any step reads exactly what the
+    # init draft reads on its own layers (a plain target copy in the stack would move it).
+    records = _records(6)
+    monkeypatch.setattr(draft_train, "load_records", lambda args: (records, records[:2]))
+    first = tmp_path / "first.safetensors"
+    draft_train.train(_args(first, False, "--freeze", "", "--layers", "0,3"))
+    start = {}
+    for layers in ("0,3", "0,1,2,3"):
+        report = draft_train.train(_args(tmp_path / f"{len(layers)}.safetensors", False, "--freeze", "",
+                                         "--layers", layers, "--steps", "1", "--init", str(first)))  # fmt: skip
+        start[layers] = report["val_log"][0]
+    assert start["0,1,2,3"] == start["0,3"]
 
 
 def test_warm_start_grows_the_head_after_the_init_rows(tmp_path, monkeypatch):
