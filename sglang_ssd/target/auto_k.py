@@ -151,8 +151,9 @@ class AutoK:
         self.last_k: int | None = None  # 0: the batch is parked (its requests closed on the draft server)
         self.switches = 0  # rounds that switched between plain decoding and drafting
         self.prev_width: int | None = None  # the last observed round's verified width
-        self.probe_left = 0  # plain rounds still owed to a plain exploration from drafting
-        self.draft_probe: tuple[int, int] = (0, 0)  # (K, rounds still owed) of an exploration from parked
+        # (K, rounds still owed) of an exploration that crossed between plain decoding and drafting:
+        # its first round pays the switch, so the owed ones are the rounds that measure K.
+        self.probe: tuple[int, int] = (0, 0)
         self.evidence: dict[int, int] = {}  # bucket -> drafted request-rounds measured
         self.open_ms = 0.0  # running mean of the opens waited for in a drafted round (new requests)
         self.yielded: dict[int, list[float]] = {}  # bucket -> decayed [tokens accepted, E(α, K) − 1 expected]
@@ -255,12 +256,9 @@ class AutoK:
         self.until_explore[b] = every if explore else left
         if explore and parked and len(seen) >= 2:  # back off; a draft winning again resets it below
             self.parked_every[b] = min(2 * every, EXPLORE_PARKED_MAX)
-        if self.probe_left:  # the measured second round of a plain exploration
-            self.probe_left -= 1
-            k = 0
-        elif self.draft_probe[1] and parked:  # the warm rounds of a drafted exploration from parked
-            k, n = self.draft_probe
-            self.draft_probe = (k, n - 1)
+        if self.probe[1] and (parked or self.probe[0] == 0):  # an exploration's owed rounds
+            k, n = self.probe
+            self.probe = (k, n - 1)
         elif self.plain.get(b, (0.0, 0))[1] < PLAIN_FIRST:
             k = 0
         elif len(seen) < 2:
@@ -268,8 +266,7 @@ class AutoK:
         elif explore:
             # (a draw past the ceiling explores the ceiling: plain decoding keeps its share of the draws)
             k = self.rng.randint(1, min(2, top)) if parked else min(self.rng.randint(0, self.k_max), top)
-            self.probe_left = int(k == 0 and bool(self.last_k))
-            self.draft_probe = (k, PARKED_PROBE - 1) if parked else (0, 0)
+            self.probe = (k, PARKED_PROBE - 1 if parked else int(k == 0 and bool(self.last_k)))
         else:
             rates = [self.predicted_rate(batch, k) for k in range(top + 1)]
             k = max(range(top + 1), key=rates.__getitem__)
