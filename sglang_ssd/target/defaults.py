@@ -33,8 +33,9 @@ CALIBRATION_NAME = "calibration.json"
 # rounds took 83-86 ms against 76 ms at ΣF = 12, for 0.03 more tokens a round (results/sigmaf33_2026-12-06/).
 TREE_SHARE = 0.8
 MAX_BUDGET = 12
-# auto-K with ΣF by batch: 1.04 / 0.91 / 0.97 / 1.20 of the best fixed K at c = 1 / 2 / 4 / 8 (1.28x AR
-# at c = 1; mostly parked at c = 8; two repeats, bench/results/defaults_2026-12-07a)
+# auto-K with ΣF by batch: 0.95 / 0.94 / 0.93 / 1.13 of the best fixed K (2-5) at c = 1 / 2 / 4 / 8 on
+# held-out ShareGPT (1.47x AR at c = 1; bench/results/defaults_sharegpt_2026-12-07c), 1.04 / 0.91 /
+# 0.97 / 1.20 on the prompt set (1.28x; defaults_2026-12-07a); mostly parked at c = 8
 DEFAULT_K = "auto"
 # what the launcher fills in when no flag names it (the README's flag table says so)
 LAUNCH_DEFAULTS = {"k": "`auto`", "budget": "the planner's pick from `models/calibration.json` for auto-K (at batch 1; "
