@@ -11,8 +11,12 @@ file or on what else was read:
 - ``held_out``: the ``HELD_OUT`` eligible prompts whose ``sha256(id)`` sorts first. Never trained on;
   the draft's held-out figures and the ShareGPT benchmarks use them.
 - ``train``: every other eligible prompt.
+- ``train_later``: the human's later messages (second turn on, each followed by a reply), asked on
+  their own, from every conversation none of whose segments is held out (the file splits a long
+  conversation into segments ``<id>_0``, ``<id>_1``, ...). Training data only, about 4.5 times
+  ``train``; the draft sees them without the turns before them.
 
-Eligible: a first turn of 8..``MAX_CHARS`` characters (longer ones are mostly pasted documents that
+Eligible: a message of 8..``MAX_CHARS`` characters (longer ones are mostly pasted documents that
 would not fit the draft's training context).
 
     python -m sglang_ssd.sharegpt            # counts of each part and what the reader dropped
@@ -24,6 +28,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
@@ -31,7 +36,7 @@ from pathlib import Path
 
 HELD_OUT = 256
 MIN_CHARS, MAX_CHARS = 8, 2000
-PARTS = ("train", "held_out")
+PARTS = ("train", "held_out", "train_later")
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,26 @@ def first_turn(conv: dict) -> str | None:
     return text.strip() if isinstance(text, str) else None
 
 
+def later_turns(conv: dict) -> list[tuple[int, str]]:
+    """(turn index, text) of each human message after the first that a reply follows."""
+    turns = conv.get("conversations")
+    if not isinstance(turns, list):
+        return []
+    out = []
+    for i in range(1, len(turns) - 1):
+        a, b = turns[i], turns[i + 1]
+        if isinstance(a, dict) and isinstance(b, dict) and a.get("from") == "human" and b.get("from") == "gpt":
+            text = a.get("value")
+            if isinstance(text, str):
+                out.append((i, text.strip()))
+    return out
+
+
+def conversation_of(cid: str) -> str:
+    """The conversation a segment id belongs to: ``abc_2`` → ``abc``."""
+    return re.sub(r"_\d+$", "", cid)
+
+
 def _key(cid: str) -> str:
     return hashlib.sha256(cid.encode()).hexdigest()
 
@@ -110,13 +135,32 @@ def _split(path: str) -> dict[str, tuple[ShareGPTPrompt, ...]]:
             reply = conv["conversations"][1].get("value")
             eligible.append(ShareGPTPrompt(cid, prompt, reply if isinstance(reply, str) else ""))
     eligible.sort(key=lambda p: _key(p.id))
+    held_out = tuple(eligible[:HELD_OUT])
+    later = _later_prompts(convs, {conversation_of(p.id) for p in held_out})
     print(f"sglang_ssd: ShareGPT: {len(convs)} complete conversations read, the last {cut} bytes dropped "
-          f"(the packaged file is cut short); {len(eligible)} eligible first-turn prompts", file=sys.stderr)  # fmt: skip
-    return {"held_out": tuple(eligible[:HELD_OUT]), "train": tuple(eligible[HELD_OUT:])}
+          f"(the packaged file is cut short); {len(eligible)} eligible first-turn prompts, {len(later)} "
+          f"later turns for training", file=sys.stderr)  # fmt: skip
+    return {"held_out": held_out, "train": tuple(eligible[HELD_OUT:]), "train_later": later}
+
+
+def _later_prompts(convs: list[dict], held_conversations: set[str]) -> tuple[ShareGPTPrompt, ...]:
+    """The eligible later turns of every conversation not held out, ordered by the hash of
+    ``<segment id>#<turn index>``."""
+    out: dict[str, ShareGPTPrompt] = {}
+    for conv in convs:
+        cid = conv.get("id")
+        if not isinstance(cid, str) or conversation_of(cid) in held_conversations:
+            continue
+        for i, text in later_turns(conv):
+            if MIN_CHARS <= len(text) <= MAX_CHARS:
+                reply = conv["conversations"][i + 1].get("value")
+                key = f"{cid}#{i}"
+                out.setdefault(key, ShareGPTPrompt(key, text, reply if isinstance(reply, str) else ""))
+    return tuple(sorted(out.values(), key=lambda p: _key(p.id)))
 
 
 def load_sharegpt(part: str, limit: int | None = None, path: str | Path | None = None) -> list[ShareGPTPrompt]:
-    """First-turn prompts of ``part`` ('train' or 'held_out'), in the split's fixed order."""
+    """The prompts of ``part`` ('train', 'held_out' or 'train_later'), in the split's fixed order."""
     if part not in PARTS:
         raise ValueError(f"part must be one of {PARTS}, got {part!r}")
     if limit is not None and limit < 0:

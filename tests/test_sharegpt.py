@@ -5,7 +5,14 @@ import json
 import pytest
 
 from sglang_ssd import sharegpt
-from sglang_ssd.sharegpt import HELD_OUT, first_turn, load_sharegpt, read_conversations
+from sglang_ssd.sharegpt import (
+    HELD_OUT,
+    conversation_of,
+    first_turn,
+    later_turns,
+    load_sharegpt,
+    read_conversations,
+)
 
 
 def _conv(cid: str, human: str, reply: str = "ok", first: str = "human") -> dict:
@@ -50,6 +57,42 @@ def test_split_is_disjoint_fixed_and_filters(small_file):
     assert [p.id for p in load_sharegpt("held_out", limit=3, path=small_file)] == [p.id for p in held[:3]]
 
 
+def _talk(cid: str, *turns: str) -> dict:
+    """A conversation alternating human and gpt, starting with the human."""
+    return {"id": cid, "conversations": [{"from": "human" if i % 2 == 0 else "gpt", "value": t}
+                                         for i, t in enumerate(turns)]}  # fmt: skip
+
+
+def test_later_turns_are_the_humans_answered_messages_after_the_first():
+    conv = _talk("a_0", "first question", "answer", "  second question ", "answer 2", "last, unanswered")
+    assert later_turns(conv) == [(2, "second question")]
+    assert later_turns(_talk("b_0", "only one", "answer")) == []
+    assert later_turns({"id": "c"}) == []
+    assert conversation_of("abc_12") == "abc" and conversation_of("abc") == "abc"
+
+
+def test_later_turns_never_come_from_a_held_out_conversation(tmp_path):
+    # Two segments of each conversation: x<i>_0 and x<i>_1. Whichever segment's first turn is held out,
+    # no later turn of either segment may be trained on.
+    convs = []
+    for i in range(HELD_OUT + 40):
+        for seg in (0, 1):
+            convs.append(_talk(f"x{i}_{seg}", f"opening question {i}/{seg}", "reply",
+                               f"follow-up question {i}/{seg}", "reply"))  # fmt: skip
+    path = tmp_path / "segments.json"
+    path.write_text(json.dumps(convs))
+    held = {conversation_of(p.id) for p in load_sharegpt("held_out", path=path)}
+    later = load_sharegpt("train_later", path=path)
+    got = {conversation_of(p.id.split("#")[0]) for p in later}
+    assert later and not got & held
+    assert got == {f"x{i}" for i in range(HELD_OUT + 40)} - held
+    assert all(p.prompt.startswith("follow-up") and p.reply == "reply" for p in later)
+    # a fixed order, whatever the file's order
+    path.write_text(json.dumps(convs[::-1]))
+    sharegpt._split.cache_clear()
+    assert [p.id for p in load_sharegpt("train_later", path=path)] == [p.id for p in later]
+
+
 def test_bad_part_and_limit_are_one_line_errors(small_file):
     with pytest.raises(ValueError, match="part must be one of"):
         load_sharegpt("test", path=small_file)
@@ -62,6 +105,9 @@ def test_packaged_file_has_the_documented_split():
     train = load_sharegpt("train")
     assert len(held) == HELD_OUT and len(train) > 9000
     assert not {p.id for p in held} & {p.id for p in train}
+    later = load_sharegpt("train_later")
+    assert len(later) > 40_000
+    assert not {conversation_of(p.id) for p in held} & {conversation_of(p.id.split("#")[0]) for p in later}
 
 
 def test_bench_file_is_the_held_out_part_in_bench_servings_format(small_file, tmp_path):

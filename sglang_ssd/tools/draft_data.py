@@ -35,7 +35,11 @@ from tqdm import tqdm
 from sglang_ssd.prompts import chat_ids
 from sglang_ssd.tools.draft_prompts import training_prompts
 
-SOURCES = ("templates", "sharegpt", "sharegpt-held-out")
+SOURCES = ("templates", "sharegpt", "sharegpt-held-out", "sharegpt-later")
+# the ShareGPT split part (sglang_ssd/sharegpt.py) and the cache/answer-store prefix of each source
+SHAREGPT_PARTS = {"sharegpt": "train", "sharegpt-held-out": "held_out", "sharegpt-later": "train_later"}
+PREFIXES = {"templates": "", "sharegpt": "sharegpt_", "sharegpt-held-out": "sharegpt_held_out_",
+            "sharegpt-later": "sharegpt_later_"}
 
 
 def source_prompts(spec: DataSpec) -> list[str]:
@@ -45,7 +49,7 @@ def source_prompts(spec: DataSpec) -> list[str]:
         return [p for _, p in training_prompts(n * (spec.part + 1), seed=spec.seed)[n * spec.part:]]
     from sglang_ssd.sharegpt import load_sharegpt
 
-    stream = load_sharegpt("held_out" if spec.source == "sharegpt-held-out" else "train")
+    stream = load_sharegpt(SHAREGPT_PARTS[spec.source])
     if n * (spec.part + 1) > len(stream):
         raise ValueError(f"ShareGPT part {spec.part} of {n} prompts runs past the {len(stream)} prompts of its split")
     return [p.prompt for p in stream[n * spec.part: n * (spec.part + 1)]]
@@ -59,8 +63,9 @@ class DataSpec:
 
     n_greedy: int = 400
     n_sampled: int = 112
-    # "templates" (draft_prompts.py), "sharegpt" (the train part of sglang_ssd/sharegpt.py's fixed split)
-    # or "sharegpt-held-out" (its held-out part: for validation and evaluation only)
+    # "templates" (draft_prompts.py), "sharegpt" (the train part of sglang_ssd/sharegpt.py's fixed split),
+    # "sharegpt-later" (its later turns, training only) or "sharegpt-held-out" (its held-out part: for
+    # validation and evaluation only)
     source: str = "templates"
     temperature: float = 0.7
     max_new: int = 128
@@ -264,8 +269,7 @@ def build_dataset(target_dir: Path, cache_dir: Path, spec: DataSpec, cached_only
     batches = [order[i: i + spec.batch] for i in range(0, len(order), spec.batch)]
     if spec.route not in ("hf", "server"):
         raise ValueError(f"route must be 'hf' or 'server', got {spec.route!r}")
-    prefix = {"templates": "", "sharegpt": "sharegpt_", "sharegpt-held-out": "sharegpt_held_out_"}[spec.source]
-    prefix = ("srv_" if spec.route == "server" and not spec.answerer else "") + prefix
+    prefix = ("srv_" if spec.route == "server" and not spec.answerer else "") + PREFIXES[spec.source]
     tag = prefix + f"g{spec.n_greedy}_s{spec.n_sampled}_t{spec.temperature}_n{spec.max_new}_k{spec.top_k}_b{spec.batch}_seed{spec.seed}" + (
         f"_p{spec.part}" if spec.part else "") + (f"_by{answerer_digest(spec.answerer)}" if spec.answerer else "")
     store = AnswerStore(answers_dir / f"{tag}.npz") if answers_dir is not None else None

@@ -242,6 +242,9 @@ def load_records(args) -> tuple[list[dict], list[dict]]:
     specs += [DataSpec(n_greedy=args.sharegpt_n_greedy, n_sampled=args.sharegpt_n_sampled, max_new=args.max_new,
                        seed=args.seed, part=part, source="sharegpt", route=args.route)
               for part in range(args.sharegpt_parts)]  # fmt: skip
+    specs += [DataSpec(n_greedy=args.sharegpt_n_greedy, n_sampled=args.sharegpt_n_sampled, max_new=args.max_new,
+                       seed=args.seed, part=part, source="sharegpt-later", route=args.route)
+              for part in range(args.sharegpt_later_parts)]  # fmt: skip
     # On-policy parts: the same kind of ShareGPT prompts, answered by --onpolicy-draft, scored by the target.
     specs += [DataSpec(n_greedy=args.sharegpt_n_greedy, n_sampled=args.sharegpt_n_sampled, max_new=args.max_new,
                        seed=args.seed, part=part, source="sharegpt", route="hf", answerer=str(args.onpolicy_draft))
@@ -386,7 +389,8 @@ def train(args) -> dict:
         "total_wall_s": round(wall), "total_cpu_s": round(cpu), "out": str(args.out),
         "generation_cpu_s_recorded": round(sum(r.get("gen_cpu_s", 0.0) for r in records + held)),
         "holdout_every": args.holdout, "val_sharegpt": args.val_sharegpt, "val_log": log["val"],
-        "sharegpt_parts": args.sharegpt_parts, "onpolicy_parts": args.onpolicy_parts,
+        "sharegpt_parts": args.sharegpt_parts, "sharegpt_later_parts": args.sharegpt_later_parts,
+        "onpolicy_parts": args.onpolicy_parts,
         "onpolicy_draft": str(args.onpolicy_draft) if args.onpolicy_parts else None, "hard_weight": args.hard_weight, "tv_weight": args.tv_weight,
         "init": str(args.init) if args.init else None,
     }  # fmt: skip
@@ -455,6 +459,8 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--val-every", type=int, default=100)
     ap.add_argument("--sharegpt-parts", type=int, default=0,
                     help="ShareGPT data parts added to the template parts (sglang_ssd/sharegpt.py's train split)")
+    ap.add_argument("--sharegpt-later-parts", type=int, default=0,
+                    help="ShareGPT later-turn parts added too (sglang_ssd/sharegpt.py's train_later part)")
     ap.add_argument("--sharegpt-n-greedy", type=int, default=512)
     ap.add_argument("--sharegpt-n-sampled", type=int, default=512)
     ap.add_argument("--val-sharegpt", type=int, default=0,
@@ -485,10 +491,13 @@ def parse_args(argv: list[str] | None = None):
         raise ValueError("--steps, --batch and --lr must be positive, --parts and --holdout non-negative")
     if args.init is not None and args.init.resolve() == args.out.resolve():
         raise ValueError("--init and --out are the same file: the run would overwrite its own starting point")
-    if args.parts + args.sharegpt_parts + len(args.onpolicy_parts) == 0:
-        raise ValueError("no training data: --parts, --sharegpt-parts and --onpolicy-parts are all empty")
-    if not 0 <= args.val_sharegpt <= 256 or args.sharegpt_parts < 0:
-        raise ValueError("--val-sharegpt must be in [0, 256] (the held-out slice), --sharegpt-parts >= 0")
+    if min(args.sharegpt_parts, args.sharegpt_later_parts) < 0:
+        raise ValueError("--sharegpt-parts and --sharegpt-later-parts must be >= 0")
+    if args.parts + args.sharegpt_parts + args.sharegpt_later_parts + len(args.onpolicy_parts) == 0:
+        raise ValueError("no training data: --parts, --sharegpt-parts, --sharegpt-later-parts and --onpolicy-parts "
+                         "are all empty")
+    if not 0 <= args.val_sharegpt <= 256:
+        raise ValueError("--val-sharegpt must be in [0, 256] (the held-out slice)")
     return args
 
 

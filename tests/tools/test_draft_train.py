@@ -131,8 +131,9 @@ def test_a_grown_draft_starts_where_its_init_draft_stands(tmp_path, monkeypatch)
     draft_train.train(_args(first, False, "--freeze", "", "--layers", "0,3"))
     start = {}
     for layers in ("0,3", "0,1,2,3"):
-        report = draft_train.train(_args(tmp_path / f"{len(layers)}.safetensors", False, "--freeze", "",
-                                         "--layers", layers, "--steps", "1", "--init", str(first)))  # fmt: skip
+        out = tmp_path / f"layers_{layers.replace(',', '_')}.safetensors"
+        report = draft_train.train(_args(out, False, "--freeze", "", "--layers", layers, "--steps", "1",
+                                         "--init", str(first)))  # fmt: skip
         start[layers] = report["val_log"][0]
     assert start["0,1,2,3"] == start["0,3"]
 
@@ -186,3 +187,18 @@ def test_bonus_coverage_counts_the_rank_of_the_target_token_after_a_miss():
     assert stats["bonus_coverage_F1"] == pytest.approx(1 / 4)
     assert stats["bonus_coverage_F2"] == pytest.approx(2 / 4)
     assert stats["bonus_coverage_F3"] == pytest.approx(3 / 4)
+
+
+def test_the_data_flags_name_the_parts_loaded(monkeypatch):
+    # --sharegpt-parts N and --sharegpt-later-parts M load parts 0..N-1 of the first turns and 0..M-1 of
+    # the later turns, each under its own source (so its own cache and answer store), validation apart.
+    loaded = []
+    monkeypatch.setattr(draft_train, "build_dataset", lambda target, data, spec, *a, **k: loaded.append(spec) or [])
+    args = draft_train.parse_args(["--target", "t", "--out", "o.safetensors", "--parts", "0", "--sharegpt-parts", "2",
+                                   "--sharegpt-later-parts", "3", "--val-sharegpt", "16"])  # fmt: skip
+    draft_train.load_records(args)
+    got = [(s.source, s.part) for s in loaded]
+    assert got == [("sharegpt", 0), ("sharegpt", 1), ("sharegpt-later", 0), ("sharegpt-later", 1),
+                   ("sharegpt-later", 2), ("sharegpt-held-out", 0)]  # fmt: skip
+    with pytest.raises(ValueError, match="--sharegpt-later-parts"):
+        draft_train.parse_args(["--target", "t", "--out", "o.safetensors", "--sharegpt-later-parts", "-1"])
