@@ -27,8 +27,10 @@ every `EXPLORE_EVERY` rounds afterwards keeps the estimates honest, so a changin
 batches, where verification grows costlier; text the draft predicts better) moves the choice. While
 plain decoding wins the worker parks its requests on the draft server, and trying a draft costs
 re-opening them: explorations are then 1–2 tokens for `PARKED_PROBE` rounds, every `EXPLORE_PARKED`
-rounds, doubling after each one that leaves plain decoding the winner (up to `EXPLORE_PARKED_MAX`); a
-draft winning again resets the interval. Switching between plain decoding and drafting needs a
+rounds (or, where plain decoding wins by `CLEAR_LOSS`, as many more as keep one exploration's measured
+cost within `PROBE_SHARE` of the time between), doubling after each one that leaves plain decoding the winner (up to `EXPLORE_PARKED_MAX` or
+the cost's interval); a draft winning again resets the interval. A bucket the batch enters while it is
+parked starts parked. Switching between plain decoding and drafting needs a
 predicted gain of `SWITCH_MARGIN`, since parking and re-opening cost more than the step rates show;
 within drafting the best K is taken as is. A bucket parks only after `PARK_AFTER` drafted
 request-rounds, unless plain decoding is predicted `CLEAR_LOSS` times faster: on fewer, a few bad
@@ -55,6 +57,7 @@ a parked 8 bucket would re-open the whole batch at each dip.
 
 from __future__ import annotations
 
+import math
 import random
 
 from sglang_ssd.algo.policy import expected_tokens
@@ -62,6 +65,11 @@ from sglang_ssd.algo.policy import expected_tokens
 EXPLORE_EVERY = 16
 EXPLORE_PARKED = 128  # while plain decoding wins: trying a draft means re-opening every request
 EXPLORE_PARKED_MAX = 1024  # the back-off's cap: a changed workload is still noticed within ~1000 rounds
+# A parked bucket's explorations are spaced so that each (its re-open of the batch and its drafted
+# rounds' extra time, both measured) costs at most this share of the plain rounds between them. At
+# c = 8 one costs about 0.4 s against 50 ms plain steps: every 128-256 rounds that was 3-6 % of the
+# time, and the parked default ran 6 % under AR (grid c8_sharegpt_2026-12-07f).
+PROBE_SHARE = 0.01
 EMA = 0.2  # weight of a new sample in a running mean (once its first samples are averaged)
 # The widths' step ratios are relative, so old samples still apply: a long memory. A single step on
 # this 2-core host varies by 15-30 %, and with EMA's 0.2 the batch-1 ratio of a 4-token verify read
@@ -209,6 +217,20 @@ class AutoK:
         now = self.visit[1] if self.visit[0] == b else 0
         return max(VISIT_PRIOR if v is None else v[0], now, 1.0)
 
+    def parked_interval(self, batch: int) -> int:
+        """Rounds between a parked bucket's explorations: ``EXPLORE_PARKED``, or, where plain decoding
+        is predicted ``CLEAR_LOSS`` times faster than the drafts an exploration tries, as many more as
+        keep one exploration (re-opening ``batch`` requests, then ``PARKED_PROBE`` drafted rounds at
+        its widest width) within ``PROBE_SHARE`` of the plain rounds between. A near thing keeps the
+        short interval: a bucket parked by a few noisy steps must be able to leave soon."""
+        widest = min(2, self.k_max)
+        drafts = [self.predicted_rate(batch, k) for k in range(1, widest + 1)]
+        if None in drafts or self.predicted_rate(batch, 0) < CLEAR_LOSS * max(drafts):
+            return EXPLORE_PARKED
+        plain = self.step_ms(batch, 1)
+        cost = self.reopen_ms * batch + PARKED_PROBE * max(self.step_ms(batch, widest + 1) - plain, 0.0)
+        return max(EXPLORE_PARKED, math.ceil(cost / (PROBE_SHARE * (plain + self.gap_ms))))
+
     def yield_share(self, b: int) -> float:
         """Tokens drafted rounds of bucket ``b`` accepted over what E(α, K) expected of them (1 before
         any were measured)."""
@@ -249,13 +271,16 @@ class AutoK:
         # Plain decoding already wins here, or at a smaller batch size (verification only grows
         # costlier with the batch): drafts are tried rarely and short, since each try re-opens the
         # parked requests on the draft server.
-        parked = self.best.get(b) == 0 or (b not in self.best and any(self.best.get(x) == 0 for x in range(b)))
-        every = self.parked_every.get(b, EXPLORE_PARKED) if parked else EXPLORE_EVERY
+        # A new bucket that the batch enters parked starts parked too: its first draft would re-open
+        # the whole batch (at c = 8, each dip from 8 requests to 7 did, for a one-round visit).
+        parked = self.best.get(b) == 0 or (b not in self.best and (
+            any(self.best.get(x) == 0 for x in range(b)) or (self.last_k == 0 and 0 in self.best.values())))
+        every = self.parked_every.get(b, self.parked_interval(batch)) if parked else EXPLORE_EVERY
         left = min(self.until_explore.get(b, every), every) - 1
         explore = left <= 0
         self.until_explore[b] = every if explore else left
         if explore and parked and len(seen) >= 2:  # back off; a draft winning again resets it below
-            self.parked_every[b] = min(2 * every, EXPLORE_PARKED_MAX)
+            self.parked_every[b] = min(2 * every, max(EXPLORE_PARKED_MAX, self.parked_interval(batch)))
         if self.probe[1] and (parked or self.probe[0] == 0):  # an exploration's owed rounds
             k, n = self.probe
             self.probe = (k, n - 1)

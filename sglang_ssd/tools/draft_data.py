@@ -35,11 +35,11 @@ from tqdm import tqdm
 from sglang_ssd.prompts import chat_ids
 from sglang_ssd.tools.draft_prompts import training_prompts
 
-SOURCES = ("templates", "sharegpt", "sharegpt-held-out", "sharegpt-later")
 # the ShareGPT split part (sglang_ssd/sharegpt.py) and the cache/answer-store prefix of each source
 SHAREGPT_PARTS = {"sharegpt": "train", "sharegpt-held-out": "held_out", "sharegpt-later": "train_later"}
 PREFIXES = {"templates": "", "sharegpt": "sharegpt_", "sharegpt-held-out": "sharegpt_held_out_",
             "sharegpt-later": "sharegpt_later_"}
+SOURCES = tuple(PREFIXES)
 
 
 def source_prompts(spec: DataSpec) -> list[str]:

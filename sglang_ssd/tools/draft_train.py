@@ -240,11 +240,9 @@ def load_records(args) -> tuple[list[dict], list[dict]]:
                       part=part) for part in range(args.parts)]  # fmt: skip
     # The template parts keep the route their cache was made with (hf); ShareGPT data takes --route.
     specs += [DataSpec(n_greedy=args.sharegpt_n_greedy, n_sampled=args.sharegpt_n_sampled, max_new=args.max_new,
-                       seed=args.seed, part=part, source="sharegpt", route=args.route)
-              for part in range(args.sharegpt_parts)]  # fmt: skip
-    specs += [DataSpec(n_greedy=args.sharegpt_n_greedy, n_sampled=args.sharegpt_n_sampled, max_new=args.max_new,
-                       seed=args.seed, part=part, source="sharegpt-later", route=args.route)
-              for part in range(args.sharegpt_later_parts)]  # fmt: skip
+                       seed=args.seed, part=part, source=source, route=args.route)
+              for source, parts in (("sharegpt", args.sharegpt_parts), ("sharegpt-later", args.sharegpt_later_parts))
+              for part in range(parts)]  # fmt: skip
     # On-policy parts: the same kind of ShareGPT prompts, answered by --onpolicy-draft, scored by the target.
     specs += [DataSpec(n_greedy=args.sharegpt_n_greedy, n_sampled=args.sharegpt_n_sampled, max_new=args.max_new,
                        seed=args.seed, part=part, source="sharegpt", route="hf", answerer=str(args.onpolicy_draft))
@@ -473,7 +471,8 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--onpolicy-draft", type=Path, default=Path("models/draft"),
                     help="the draft folder that answers the on-policy parts (the shipped draft's: models/draft)")
     ap.add_argument("--cached-only", action="store_true",
-                    help="train on the cached batches only (generation still running elsewhere)")
+                    help="generate no new target answers (generation still running elsewhere); a batch whose "
+                    "logits cache is missing is still rebuilt from the answer store (data/draft_answers)")
     ap.add_argument("--init", type=Path, default=None,
                     help="start from this draft weights file instead of target copies (same --freeze; its layers "
                     "must appear in --layers in order; added layers start as target copies with their output "

@@ -430,3 +430,48 @@ def test_re_opened_rounds_do_not_teach_the_yield():
     assert sum(auto.chosen[1:]) > 0.9 * sum(auto.chosen), auto.chosen
     best_fixed = max(4 * expected_tokens(0.5, k) / (steps[k + 1] + 3.0) for k in range(4))
     assert tokens / ms >= 0.95 * best_fixed
+
+
+def parked_c8(auto: AutoK, rounds: int, batch_of=lambda i: 8, reopen_ms: float = 36.0, seed: int = 0):
+    """c = 8 on a CPU, where plain decoding wins by far (drafted widths cost 2.4-3.0 plain steps, as in
+    grid c8_sharegpt_2026-12-07f); leaving plain decoding re-opens every request (``reopen_ms`` each,
+    waited for). ⇒ (time beyond plain decoding's for the same rounds, total time, ks by batch size)."""
+    steps = {1: 45.0, 2: 110.0, 3: 135.0}
+    rng, extra, total, last, ks = random.Random(seed), 0.0, 0.0, 0, {}
+    for i in range(rounds):
+        bs = batch_of(i)
+        k = min(auto.choose(bs), 2)
+        ks.setdefault(bs, []).append(k)
+        opened = bs if k and last == 0 else 0
+        accepted = [prefix_accepted(rng, k, 0.5) for _ in range(bs)]
+        auto.observe(bs, k + 1, steps[k + 1], 3.0, accepted, [k] * bs, opened=opened, open_ms=reopen_ms * opened)
+        step = steps[k + 1] + reopen_ms * opened
+        extra += step - steps[1] * (bs + sum(accepted)) / bs  # what its tokens would have cost plainly
+        total += step + 3.0
+        last = k
+    return extra, total, ks
+
+
+def test_parked_explorations_are_spaced_by_what_they_cost(monkeypatch):
+    """At c = 8 an exploration re-opens eight requests (about 0.3 s) and drafts two rounds at 2.5 plain
+    steps: spaced by `PROBE_SHARE` of the time between, the parked batch loses 1.6 % to plain decoding
+    over 1000 rounds, the first learning rounds included; every `EXPLORE_PARKED` rounds, doubling (the
+    earlier rule), it lost 4.0 % (over 500 rounds, as in the grid: 3.1 % against 6.0 %, and the grid
+    measured the default 6 % under AR)."""
+    from sglang_ssd.target import auto_k as mod
+
+    extra, total, ks = parked_c8(AutoK(4), 1000)
+    assert extra < 0.02 * total, (extra / total, ks[8].count(0))
+    monkeypatch.setattr(AutoK, "parked_interval", lambda self, batch: mod.EXPLORE_PARKED)
+    extra, total, _ = parked_c8(AutoK(4), 1000)
+    assert extra > 0.03 * total, extra / total
+
+
+def test_a_bucket_entered_while_parked_starts_parked():
+    """Once batch 8 parked, a dip to 7 requests (a new bucket) does not try a draft at once: it would
+    re-open all seven for a one-round visit. Its explorations wait for the parked interval."""
+    auto = AutoK(4)
+    parked_c8(auto, 300)
+    assert auto.best[auto.bucket(8)] == 0
+    _, _, ks = parked_c8(auto, 600, batch_of=lambda i: 7 if i % 6 == 5 else 8)
+    assert ks[7].count(0) == len(ks[7]) == 100, ks[7]
