@@ -28,10 +28,10 @@ batches, where verification grows costlier; text the draft predicts better) move
 plain decoding wins the worker parks its requests on the draft server, and trying a draft costs
 re-opening them: explorations are then 1–2 tokens for `PARKED_PROBE` rounds, every `EXPLORE_PARKED`
 rounds (or, where plain decoding wins by `CLEAR_LOSS`, as many more as keep one exploration's measured
-cost within `PROBE_SHARE` of the time between), doubling after each one that leaves plain decoding the winner (up to `EXPLORE_PARKED_MAX` or
-the cost's interval); a draft winning again resets the interval. A bucket the batch enters while it is
-parked starts parked. Switching between plain decoding and drafting needs a
-predicted gain of `SWITCH_MARGIN`, since parking and re-opening cost more than the step rates show;
+cost within `PROBE_SHARE` of the time between), doubling after each one that leaves plain decoding the
+winner (up to `EXPLORE_PARKED_MAX` or the cost's interval); a draft winning again resets the interval.
+A bucket the batch enters while it is parked starts parked. Switching between plain decoding and
+drafting needs a predicted gain of `SWITCH_MARGIN`, since parking and re-opening cost more than the step rates show;
 within drafting the best K is taken as is. A bucket parks only after `PARK_AFTER` drafted
 request-rounds, unless plain decoding is predicted `CLEAR_LOSS` times faster: on fewer, a few bad
 first drafts could park it for hundreds of rounds.
