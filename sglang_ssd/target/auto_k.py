@@ -217,6 +217,15 @@ class AutoK:
         now = self.visit[1] if self.visit[0] == b else 0
         return max(VISIT_PRIOR if v is None else v[0], now, 1.0)
 
+    def is_parked(self, b: int) -> bool:
+        """Whether bucket ``b`` explores as a parked one (rarely and short, since each try re-opens the
+        batch on the draft server): plain decoding won there, or, for a bucket not yet decided, at a
+        smaller batch size (verification only grows costlier with the batch), or the batch enters it
+        parked (at c = 8 each dip from 8 requests to 7 re-opened seven for a one-round visit)."""
+        if b in self.best:
+            return self.best[b] == 0
+        return any(self.best.get(x) == 0 for x in range(b)) or (self.last_k == 0 and 0 in self.best.values())
+
     def parked_interval(self, batch: int) -> int:
         """Rounds between a parked bucket's explorations: ``EXPLORE_PARKED``, or, where plain decoding
         is predicted ``CLEAR_LOSS`` times faster than the drafts an exploration tries, as many more as
@@ -268,14 +277,8 @@ class AutoK:
         b, top = self.bucket(batch), self.ceiling()
         self._count_visit(b)
         seen = self.seen.get(b, set())
-        # Plain decoding already wins here, or at a smaller batch size (verification only grows
-        # costlier with the batch): drafts are tried rarely and short, since each try re-opens the
-        # parked requests on the draft server.
-        # A new bucket that the batch enters parked starts parked too: its first draft would re-open
-        # the whole batch (at c = 8, each dip from 8 requests to 7 did, for a one-round visit).
-        parked = self.best.get(b) == 0 or (b not in self.best and (
-            any(self.best.get(x) == 0 for x in range(b)) or (self.last_k == 0 and 0 in self.best.values())))
-        every = self.parked_every.get(b, self.parked_interval(batch)) if parked else EXPLORE_EVERY
+        parked = self.is_parked(b)
+        every = (self.parked_every.get(b) or self.parked_interval(batch)) if parked else EXPLORE_EVERY
         left = min(self.until_explore.get(b, every), every) - 1
         explore = left <= 0
         self.until_explore[b] = every if explore else left
