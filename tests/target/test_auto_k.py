@@ -69,10 +69,12 @@ def test_never_below_plain_decoding_on_a_cpu_curve():
 def test_each_bucket_measures_two_widths_first_and_fits_a_line():
     auto = AutoK(3)
     first = []
-    for _ in range(PLAIN_FIRST + 1):
+    for _ in range(PLAIN_FIRST + 2):
         first.append(auto.choose(1))
         auto.observe(1, first[-1] + 1, 10.0 + 5.0 * first[-1], None, [0], [first[-1]])
-    assert first == [0] * PLAIN_FIRST + [1]  # several plain steps: every ratio is taken against their mean
+    # several plain steps (every ratio is taken against their mean), then one width twice: its first
+    # step, which leaves plain decoding and is the width's first call, is not a sample
+    assert first == [0] * PLAIN_FIRST + [1, 1]
     assert auto.step_ms(1, 4) == pytest.approx(25.0)  # extrapolated on the line through both widths
     assert auto.choose(8) == 0  # a new batch-size bucket starts its own measurements
     assert auto.predicted_rate(8, 2) is None
@@ -474,3 +476,35 @@ def test_a_bucket_entered_while_parked_starts_parked():
     assert auto.best[auto.bucket(8)] == 0
     _, _, ks = parked_c8(auto, 600, batch_of=lambda i: 7 if i % 6 == 5 else 8)
     assert ks[7].count(0) == len(ks[7]) == 100, ks[7]
+
+
+def _cold_launch(auto: AutoK, rounds: int) -> list[int]:
+    """Batch 1 where drafting pays (α 0.6, a drafted step 1.05-1.2 plain ones) on a new server: each
+    drafted width's first step runs 3x slow, and a round that leaves plain decoding waits on the draft
+    server's re-open (1.4x). ⇒ the K chosen each round."""
+    rng, picks, stepped, last = random.Random(7), [], set(), 0
+    for _ in range(rounds):
+        k = auto.choose(1)
+        picks.append(k)
+        step = 30.0 * (1.0 + 0.05 * k) * (1.0 + 0.05 * rng.uniform(-1, 1))
+        if k and k not in stepped:
+            step *= 3.0
+        if k and last == 0:
+            step *= 1.4
+        stepped.add(k)
+        opened = int(bool(k) and last == 0)
+        auto.observe(1, k + 1, step, 2.0, [prefix_accepted(rng, k, 0.6)], [k], opened=opened, open_ms=5.0 * opened)
+        last = k
+    return picks
+
+
+def test_a_cold_start_does_not_park_a_c1_launch(monkeypatch):
+    """A c = 1 run whose first drafted steps read 3.1 and 1.8 plain steps parked on a clear loss at once
+    and stayed parked for 2010 of its 2016 rounds (grid c1_draft_2026-12-07h): the probes' own re-opening
+    rounds, slow too, confirmed it. Neither a width's first step nor a re-opening round is a step sample;
+    counted as one (the earlier rule), the same launch parks."""
+    picks = _cold_launch(AutoK(4), 600)
+    assert sum(k > 0 for k in picks[-400:]) > 0.9 * 400, picks[:40]
+    monkeypatch.setattr(AutoK, "_is_step_sample", lambda self, width, after: width > 1 or after in (None, 1))
+    picks = _cold_launch(AutoK(4), 600)
+    assert sum(k == 0 for k in picks[-400:]) > 0.9 * 400, picks[:40]
