@@ -10,7 +10,8 @@ whose speculation was a cache hit, in the ranges grid ``defaults_2026-12-06g`` m
 a batch where plain decoding wins, and ``c1-cold`` batch 1 on a new server whose first step at each
 drafted width runs 3× slow (before auto-K left such steps out of its samples, it parked there: 0.67 of
 the best fixed K). In every world the round that leaves plain decoding runs ``reopen_step`` times its
-cost. A round draws the step time from the world's cost times a
+cost; in ``c2-reopen`` (batch 2, fixed K = 3 1.12x AR, as grid c24_coldfix_2026-12-07j) the first two
+such rounds run 2x (that grid's parked run). A round draws the step time from the world's cost times a
 log-normal noise (σ = ``--noise``) and a slow ±10 % drift, and its accepted tokens from α on a hit (a
 miss drafts nothing, as the fast backup mostly does; so does a request's first round after an
 open). The same seed gives auto-K and each fixed K the same noise, and the line reports
@@ -52,6 +53,7 @@ class World:
     # The round that leaves plain decoding waits on a draft server prefilling the batch it re-opened:
     # at c = 8 such probe rounds read 3.0 times a plain step where steady K = 2 read 2.2 (grid 07g).
     reopen_step: float = 1.35
+    reopen_rounds: int = 1  # drafted rounds after leaving plain decoding that run reopen_step times their cost
 
 
 WORLDS = [
@@ -61,6 +63,8 @@ WORLDS = [
     World("c8-plain", 8, 78.0, {2: 1.5, 3: 1.7, 4: 1.9, 5: 2.1, 6: 2.3, 7: 2.5, 8: 2.7}, 0.47, 0.60, 3.0),
     # c1 on a cold server, as the c = 1 run of grid c1_draft_2026-12-07h that parked all run (its width
     # ratios read 3.1 and 1.8 where other runs read 0.94-1.17).
+    World("c2-reopen", 2, 40.0, {2: 1.25, 3: 1.32, 4: 1.40, 5: 1.48, 6: 1.56, 7: 1.64, 8: 1.72}, 0.56, 0.8,
+          reopen_step=2.0, reopen_rounds=2),
     World("c1-cold", 1, 55.0, {2: 1.15, 3: 1.22, 4: 1.28, 5: 1.34, 6: 1.40, 7: 1.46, 8: 1.52}, 0.55, 0.85, cold=3.0),
 ]
 
@@ -84,6 +88,7 @@ def run(world: World, policy, noise: float, rounds: int, seed: int) -> float:
     tokens = ms = 0.0
     last_k = None
     warm: set[int] = set()  # drafted widths stepped once already
+    since = 0
     for i in range(rounds):
         k = policy.choose(world.batch)
         opened = world.batch if k and last_k == 0 else 0
@@ -94,7 +99,8 @@ def run(world: World, policy, noise: float, rounds: int, seed: int) -> float:
         accepted = [_accepted(rng, d, world) for d in drafted]
         drift = 1.0 + 0.1 * math.sin(i / 200)
         step = world.plain_ms * (world.ratio[k + 1] if k else 1.0) * drift * math.exp(rng.gauss(0.0, noise))
-        if opened:
+        since = since + 1 if k else 0
+        if k and since <= world.reopen_rounds:
             step *= world.reopen_step
         if k and k not in warm:
             step *= world.cold

@@ -40,9 +40,10 @@ What a plain step costs is measured with the draft server quiet: a plain round r
 overlaps the draft server's last tree steps (its requests are closed without waiting), so only a plain
 round that follows another is a sample, and a plain exploration from drafting lasts two rounds. Sampled
 beside a busy draft server, plain decoding read 86 ms at c = 8 where the AR server's median time per
-output token was 72: parking looked worse than it is, and the default drafted at 0.81x AR. Nor is a
-drafted round that leaves plain decoding a sample (it waits on the draft server's re-open of the
-batch), or a width's first drafted step on the server (cold): one such sample decides a new ratio. What a
+output token was 72: parking looked worse than it is, and the default drafted at 0.81x AR. Nor are
+the first two drafted rounds after plain decoding samples (they wait on the draft server while it
+re-opens the batch and builds its first trees), or a width's first drafted step on the server (cold):
+one such sample decides a new ratio, and probes made of such rounds confirmed the parks they came from. What a
 drafted round yields is measured too: a miss answered by the fast backup drafts fewer than K tokens, so
 the tokens a warm round (one that opened no request) actually accepted, over what E(α, K) expects,
 scale the drafted gain (at c = 4,
@@ -94,9 +95,13 @@ PRIOR_ALPHA = 0.47
 PRIOR_TRIALS = 20
 FIT_WEIGHT_CAP = 10  # a width's weight in the line: its count, up to this
 # Drafted rounds an exploration from plain decoding lasts: its first round re-opens the batch and
-# verifies the open's backup (teaching neither the yield nor the step time); the next verifies
-# pre-drafted trees.
-PARKED_PROBE = 2
+# verifies the open's backup (teaching neither the yield nor the step time); the second verifies
+# pre-drafted trees but still waits on the draft server's first trees; the third measures the step.
+PARKED_PROBE = 3
+# The first drafted round in a row whose step is a sample. Sampling from the second, a c = 2 run parked
+# for 978 of 998 rounds with width 2 at 2.14 plain steps where a drafting run read 1.26 (grid
+# c24_coldfix_2026-12-07j): the probes' own slow rounds kept it parked.
+WARM_AFTER = 3
 OWN_AFTER = 3
 SWITCH_MARGIN = 0.05  # predicted gain needed to switch between plain decoding and drafting
 # Drafted request-rounds (a round at batch b counts b) a bucket must have measured before it may park
@@ -163,6 +168,7 @@ class AutoK:
         self.switches = 0  # rounds that switched between plain decoding and drafting
         self.prev_width: int | None = None  # the last observed round's verified width
         self.stepped: set[int] = set()  # drafted widths stepped at least once on this server
+        self.drafted_run = 0  # rounds in a row chosen to draft (K > 0), the current one included
         # (K, rounds still owed) of an exploration that crossed between plain decoding and drafting:
         # its first round pays the switch, so the owed ones are the rounds that measure K.
         self.probe: tuple[int, int] = (0, 0)
@@ -319,6 +325,7 @@ class AutoK:
         if self.last_k is not None and (k == 0) != (self.last_k == 0):
             self.switches += 1
         self.last_k = k
+        self.drafted_run = self.drafted_run + 1 if k else 0
         return k
 
     def depth(self, batch: int) -> int:
@@ -352,21 +359,23 @@ class AutoK:
         if gap_ms is not None and gap_ms < 1000 * MAX_GAP_S:
             self.gap_ms = (1 - EMA) * self.gap_ms + EMA * gap_ms
         self._observe_acceptance(b, width, accepted, drafted, warm=not opened)
-        if self._is_step_sample(width, after):
+        cold = width > 1 and width not in self.stepped
+        self.stepped.add(width)
+        if self._is_step_sample(width, after, cold, self.drafted_run):
             self._observe_step(b, width, step_ms)
 
-    def _is_step_sample(self, width: int, after: int | None) -> bool:
+    @staticmethod
+    def _is_step_sample(width: int, after: int | None, cold: bool, drafted_run: int) -> bool:
         """Whether a round's step time is what a step at ``width`` costs. Not a plain round right after a
-        drafted one (it ran beside a draft server still finishing its trees), nor the drafted round that
-        leaves plain decoding (it waits on a draft server busy prefilling the batch it just re-opened),
-        nor a width's first drafted step on this server (its kernels' first call). One such sample
-        decides a ratio's mean at first: a c = 1 run whose first drafted steps read 3.1 and 1.8 times a
-        plain step parked on a clear loss and never left (grid c1_draft_2026-12-07h)."""
+        drafted one (it ran beside a draft server still finishing its trees), nor a drafted round before
+        the ``WARM_AFTER``-th in a row (``drafted_run``: the draft server is still re-opening the batch and
+        building its first trees), nor a ``cold`` one, a width's first drafted step on this server (its
+        kernels' first call). One such sample decides a ratio's mean at first: a c = 1 run whose first
+        drafted steps read 3.1 and 1.8 times a plain step parked on a clear loss and never left (grid
+        c1_draft_2026-12-07h)."""
         if width == 1:
             return after in (None, 1)
-        first = width not in self.stepped
-        self.stepped.add(width)
-        return not first and after not in (None, 1)
+        return not cold and drafted_run >= WARM_AFTER
 
     def _observe_opens(self, width: int, after: int | None, opened: int, open_ms: float) -> None:
         """The wait per opened request (what a re-open costs), and the opens a drafting round pays."""

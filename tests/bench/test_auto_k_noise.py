@@ -28,6 +28,14 @@ def test_batch_four_keeps_drafting_after_re_opens():
     assert eff[2] >= 0.9 and sum(eff) / len(eff) >= 0.94, eff
 
 
+def test_batch_two_is_not_parked_by_the_slow_rounds_after_re_opens():
+    # The first two drafted rounds after plain decoding at 2x their cost (grid c24_coldfix_2026-12-07j's
+    # parked c = 2 run): sampling the second one, auto-K reached 0.83 of the best fixed K (10th
+    # percentile 0.74); sampling from the third, 0.97.
+    eff = efficiency(WORLD["c2-reopen"], 0.15, seeds=10)
+    assert eff[1] >= 0.9 and sum(eff) / len(eff) >= 0.93, eff
+
+
 def test_a_batch_where_plain_decoding_wins_still_parks():
     eff = efficiency(WORLD["c8-plain"], 0.3, seeds=10)
     assert sum(eff) / len(eff) >= 0.95, eff

@@ -18,7 +18,7 @@ from sglang_ssd.algo.probs import SparseProbs
 from sglang_ssd.draft.engine import DraftEngine, EngineConfig
 from sglang_ssd.draft.model import DraftModel, Span
 from sglang_ssd.draft.request import Stage
-from sglang_ssd.draft.sampler import proposal, sample
+from sglang_ssd.draft.sampler import counter_uniforms, proposal, sample
 from sglang_ssd.draft.tree import num_top, q_to_full
 from sglang_ssd.wire.messages import DraftParams, OutcomeMsg
 from tests.model_paths import require_model
@@ -26,8 +26,10 @@ from tests.model_paths import require_model
 Q_ATOL = 2e-5
 
 
-def reference_draft(model: DraftModel, context: list[int], k: int, params, seed: int, plan, c: float):
-    """Plain AR: prefill ``context[:-1]`` and decode K tokens; returns (tokens [K], dense q′ [K, V])."""
+def reference_draft(model: DraftModel, context: list[int], k: int, params, seed: int, plan, c: float,
+                    rows: list | None = None):
+    """Plain AR: prefill ``context[:-1]`` and decode K tokens; returns (tokens [K], dense q′ [K, V]).
+    ``rows``, when given, receives each step's q′ over the head rows (what the draw was made from)."""
     start, length = model.pool.alloc(len(context) + k + 1)
     try:
         pos = torch.arange(len(context))
@@ -40,6 +42,8 @@ def reference_draft(model: DraftModel, context: list[int], k: int, params, seed:
             head = sample(q, seed, torch.tensor([len(context) + s]))
             tok = int(model.to_full_ids(head)[0])
             toks.append(tok)
+            if rows is not None:
+                rows.append(q)
             qs.append(_dense(q_to_full(q, model), model.vocab_size)[0])
             p = torch.tensor([len(context) + s])
             logits = model.forward([Span(start, torch.tensor([tok]), p, p, len(context) + s + 1)])[0]
@@ -52,6 +56,21 @@ def _dense(q, vocab: int) -> torch.Tensor:
     return q.to_dense() if isinstance(q, SparseProbs) else q
 
 
+# A draw may differ between a tree's batched forward and plain decoding only where its uniform lies this
+# close to a boundary of q′'s CDF: the two forwards' float32 sums differ by about 1e-6 (a draw of the
+# 2026-12-07 draft, 2.8e-7 from a boundary, took the neighbouring head row). Both draws still come with
+# the q′ they were made from, which is what exactness needs.
+BOUNDARY_ATOL = 1e-5
+NEAR_TIES: list[str] = []  # the branches where that happened, over the session
+
+
+def on_cdf_boundary(q, u: torch.Tensor) -> bool:
+    """Whether the inverse-CDF draw of ``u`` from one q′ row lies within BOUNDARY_ATOL of a boundary."""
+    w = (q.probs if isinstance(q, SparseProbs) else q).double().reshape(-1)
+    cdf = w.cumsum(0)
+    return bool((cdf - u.double().reshape(()) * cdf[-1]).abs().min() <= BOUNDARY_ATOL)
+
+
 def check_tree(engine: DraftEngine, req) -> int:
     """Compare every finished branch of ``req`` with plain decoding; returns the number checked."""
     t = req.tree
@@ -59,11 +78,18 @@ def check_tree(engine: DraftEngine, req) -> int:
     for b in range(t.num_branches):
         k, tok = int(t.fork_k[b]), int(t.fork_tok[b])
         context = req.tokens + req.spec[:k] + [tok]
+        rows: list = []
         ref_toks, ref_q = reference_draft(engine.model, context, engine.k, req.params, req.seed, t.sample_plan,
-                                          engine.cfg.saguaro_c)  # fmt: skip
+                                          engine.cfg.saguaro_c, rows)  # fmt: skip
         got_toks, got_q = engine.cached(req, b)
-        assert got_toks.tolist() == ref_toks, f"branch {b} (k={k}, bonus={tok}) tokens differ"
-        torch.testing.assert_close(_dense(got_q, engine.model.vocab_size), ref_q, atol=Q_ATOL, rtol=0)
+        got = got_toks.tolist()
+        n = next((s for s, (g, r) in enumerate(zip(got, ref_toks)) if g != r), len(ref_toks))
+        # the rows up to the first differing draw share their context: the same q′
+        torch.testing.assert_close(_dense(got_q, engine.model.vocab_size)[: n + 1], ref_q[: n + 1], atol=Q_ATOL, rtol=0)
+        if n < len(ref_toks):
+            u = counter_uniforms(req.seed, torch.tensor([len(context) + n]))
+            assert on_cdf_boundary(rows[n], u), f"branch {b} (k={k}, bonus={tok}) tokens differ: {got} vs {ref_toks}"
+            NEAR_TIES.append(f"{req.rid} branch {b} step {n}")
     return t.num_branches
 
 
@@ -229,6 +255,8 @@ def test_real_draft_model_branches_equal_plain_decoding():
     require_model(DRAFT)
     model = DraftModel(DRAFT, kv_mem_mb=256)
     engine = DraftEngine(model, EngineConfig(k=3, fanout_list=[2, 1, 1, 1], saguaro_c=0.5, backup="neural"))
+    ties = len(NEAR_TIES)
     checked = run_rounds(engine, random.Random(1), n_requests=2, rounds=2,
                          params_list=[DraftParams(temperature=0.0), DraftParams(temperature=0.8, seed=2)])  # fmt: skip
+    assert len(NEAR_TIES) - ties <= 1, NEAR_TIES  # a rare near-tie, not a pattern
     assert checked["branches"] >= 2 * 2 * 4

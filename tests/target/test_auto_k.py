@@ -9,7 +9,7 @@ import random
 import pytest
 
 from sglang_ssd.algo.policy import expected_tokens
-from sglang_ssd.target.auto_k import PLAIN_FIRST, AutoK
+from sglang_ssd.target.auto_k import PLAIN_FIRST, WARM_AFTER, AutoK
 
 CPU_STEP_MS = {1: 70.0, 2: 95.0, 3: 110.0, 4: 100.0, 5: 116.0}  # whole worker steps, 2-core CPU shape
 FLAT_STEP_MS = {w: 20.0 + 0.5 * w for w in range(1, 6)}
@@ -69,12 +69,12 @@ def test_never_below_plain_decoding_on_a_cpu_curve():
 def test_each_bucket_measures_two_widths_first_and_fits_a_line():
     auto = AutoK(3)
     first = []
-    for _ in range(PLAIN_FIRST + 2):
+    for _ in range(PLAIN_FIRST + WARM_AFTER):
         first.append(auto.choose(1))
         auto.observe(1, first[-1] + 1, 10.0 + 5.0 * first[-1], None, [0], [first[-1]])
-    # several plain steps (every ratio is taken against their mean), then one width twice: its first
-    # step, which leaves plain decoding and is the width's first call, is not a sample
-    assert first == [0] * PLAIN_FIRST + [1, 1]
+    # several plain steps (every ratio is taken against their mean), then one width until a step of it is
+    # a sample: the first drafted rounds after plain decoding wait on the draft server's re-open
+    assert first == [0] * PLAIN_FIRST + [1] * WARM_AFTER
     assert auto.step_ms(1, 4) == pytest.approx(25.0)  # extrapolated on the line through both widths
     assert auto.choose(8) == 0  # a new batch-size bucket starts its own measurements
     assert auto.predicted_rate(8, 2) is None
@@ -269,7 +269,10 @@ def test_a_few_bad_first_drafts_do_not_park_the_bucket(monkeypatch):
 
     picks = _unlucky_start(AutoK(4), 400)
     assert sum(k > 0 for k in picks[-300:]) > 0.9 * 300, picks[:60]
-    monkeypatch.setattr(mod, "PARK_AFTER", 0)  # without the rule the same start parks for good
+    # without the rule (and with the two-round probes of before, which saw only unlucky rounds) the same
+    # start parks for good
+    monkeypatch.setattr(mod, "PARK_AFTER", 0)
+    monkeypatch.setattr(mod, "PARKED_PROBE", 2)
     picks = _unlucky_start(AutoK(4), 400)
     assert sum(k == 0 for k in picks[-300:]) > 0.9 * 300, picks[:60]
 
@@ -505,6 +508,39 @@ def test_a_cold_start_does_not_park_a_c1_launch(monkeypatch):
     counted as one (the earlier rule), the same launch parks."""
     picks = _cold_launch(AutoK(4), 600)
     assert sum(k > 0 for k in picks[-400:]) > 0.9 * 400, picks[:40]
-    monkeypatch.setattr(AutoK, "_is_step_sample", lambda self, width, after: width > 1 or after in (None, 1))
+    monkeypatch.setattr(AutoK, "_is_step_sample", staticmethod(lambda width, after, cold, run: width > 1 or after in (None, 1)))
     picks = _cold_launch(AutoK(4), 600)
     assert sum(k == 0 for k in picks[-400:]) > 0.9 * 400, picks[:40]
+
+
+def _slow_reopens(auto: AutoK, rounds: int, seed: int = 4) -> list[int]:
+    """Batch 2 where drafting pays (α 0.56, a drafted step 1.25-1.4 plain ones), but the first two drafted
+    rounds after plain decoding run 2x slow: the draft server is still re-opening the batch and building
+    its first trees. ⇒ the K chosen each round."""
+    rng, picks, since = random.Random(seed), [], 0
+    for _ in range(rounds):
+        k = auto.choose(2)
+        picks.append(k)
+        since = since + 1 if k else 0
+        step = 40.0 * (1.0 + 0.25 * (k > 0) + 0.05 * k) * (1.0 + 0.05 * rng.uniform(-1, 1))
+        if k and since <= 2:
+            step *= 2.0
+        opened = 2 if since == 1 else 0
+        accepted = [prefix_accepted(rng, k, 0.56) for _ in range(2)]
+        auto.observe(2, k + 1, step, 2.0, accepted, [k] * 2, opened=opened, open_ms=5.0 * opened)
+    return picks
+
+
+def test_probes_sample_the_step_only_once_the_draft_server_caught_up(monkeypatch):
+    """Grid c24_coldfix_2026-12-07j: a c = 2 run parked for 978 of 998 rounds with width 2 at 2.14 plain
+    steps, where a drafting run read 1.26: its samples came from the rounds right after re-opens, and the
+    probes, two such rounds each, confirmed the park. A drafted step is sampled from the third drafted
+    round in a row (`WARM_AFTER`), and a probe lasts three."""
+    from sglang_ssd.target import auto_k as mod
+
+    picks = _slow_reopens(AutoK(4), 1500)
+    assert sum(k > 0 for k in picks[-1000:]) > 0.9 * 1000, picks[:60]
+    monkeypatch.setattr(mod, "WARM_AFTER", 2)  # sampling the second round after a re-open (the earlier rule)
+    monkeypatch.setattr(mod, "PARKED_PROBE", 2)
+    picks = _slow_reopens(AutoK(4), 1500)
+    assert sum(k == 0 for k in picks[-1000:]) > 0.9 * 1000, picks[:60]
