@@ -61,10 +61,11 @@ WORLDS = [
     World("c4", 4, 73.0, {2: 1.25, 3: 1.35, 4: 1.45, 5: 1.55, 6: 1.65, 7: 1.75, 8: 1.85}, 0.55, 0.75),
     World("c4-near", 4, 73.0, {2: 1.35, 3: 1.50, 4: 1.60, 5: 1.70, 6: 1.80, 7: 1.90, 8: 2.00}, 0.50, 0.70),
     World("c8-plain", 8, 78.0, {2: 1.5, 3: 1.7, 4: 1.9, 5: 2.1, 6: 2.3, 7: 2.5, 8: 2.7}, 0.47, 0.60, 3.0),
-    # c1 on a cold server, as the c = 1 run of grid c1_draft_2026-12-07h that parked all run (its width
-    # ratios read 3.1 and 1.8 where other runs read 0.94-1.17).
+    # c = 2 as grid c24_coldfix_2026-12-07j's parked run: the first two rounds after a re-open at 2x.
     World("c2-reopen", 2, 40.0, {2: 1.25, 3: 1.32, 4: 1.40, 5: 1.48, 6: 1.56, 7: 1.64, 8: 1.72}, 0.56, 0.8,
           reopen_step=2.0, reopen_rounds=2),
+    # c1 on a cold server, as the c = 1 run of grid c1_draft_2026-12-07h that parked all run (its width
+    # ratios read 3.1 and 1.8 where other runs read 0.94-1.17).
     World("c1-cold", 1, 55.0, {2: 1.15, 3: 1.22, 4: 1.28, 5: 1.34, 6: 1.40, 7: 1.46, 8: 1.52}, 0.55, 0.85, cold=3.0),
 ]
 

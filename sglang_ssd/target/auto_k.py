@@ -40,10 +40,10 @@ What a plain step costs is measured with the draft server quiet: a plain round r
 overlaps the draft server's last tree steps (its requests are closed without waiting), so only a plain
 round that follows another is a sample, and a plain exploration from drafting lasts two rounds. Sampled
 beside a busy draft server, plain decoding read 86 ms at c = 8 where the AR server's median time per
-output token was 72: parking looked worse than it is, and the default drafted at 0.81x AR. Nor are
-the first two drafted rounds after plain decoding samples (they wait on the draft server while it
-re-opens the batch and builds its first trees), or a width's first drafted step on the server (cold):
-one such sample decides a new ratio, and probes made of such rounds confirmed the parks they came from. What a
+output token was 72: parking looked worse than it is, and the default drafted at 0.81x AR. Nor is a
+drafted round before the `WARM_AFTER`-th in a row a sample (the draft server is still re-opening the
+batch and building its first trees), or a width's first drafted step on the server (cold): one such
+sample decides a new ratio, and probes made of such rounds confirmed the parks they came from. What a
 drafted round yields is measured too: a miss answered by the fast backup drafts fewer than K tokens, so
 the tokens a warm round (one that opened no request) actually accepted, over what E(α, K) expects,
 scale the drafted gain (at c = 4,

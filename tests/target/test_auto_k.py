@@ -481,23 +481,23 @@ def test_a_bucket_entered_while_parked_starts_parked():
     assert ks[7].count(0) == len(ks[7]) == 100, ks[7]
 
 
-def _cold_launch(auto: AutoK, rounds: int) -> list[int]:
-    """Batch 1 where drafting pays (α 0.6, a drafted step 1.05-1.2 plain ones) on a new server: each
-    drafted width's first step runs 3x slow, and a round that leaves plain decoding waits on the draft
-    server's re-open (1.4x). ⇒ the K chosen each round."""
-    rng, picks, stepped, last = random.Random(7), [], set(), 0
+def slow_start(auto: AutoK, batch: int, drafted: float, alpha: float, rounds: int, cold: float = 1.0,
+               slow_rounds: int = 1, slow: float = 1.0, seed: int = 0) -> list[int]:
+    """Batch ``batch`` where a drafted step costs ``drafted`` plain ones (+5 % a token) and the draft wins at
+    ``alpha``, on a new server: each drafted width's first step runs ``cold`` times slow, and the first
+    ``slow_rounds`` drafted rounds after plain decoding ``slow`` times (the draft server re-opening the
+    batch and building its first trees). ⇒ the K chosen each round."""
+    rng, picks, stepped, since = random.Random(seed), [], set(), 0
     for _ in range(rounds):
-        k = auto.choose(1)
+        k = auto.choose(batch)
         picks.append(k)
-        step = 30.0 * (1.0 + 0.05 * k) * (1.0 + 0.05 * rng.uniform(-1, 1))
-        if k and k not in stepped:
-            step *= 3.0
-        if k and last == 0:
-            step *= 1.4
+        since = since + 1 if k else 0
+        step = 30.0 * (drafted if k else 1.0) * (1.0 + 0.05 * k) * (1.0 + 0.05 * rng.uniform(-1, 1))
+        step *= (cold if k and k not in stepped else 1.0) * (slow if k and since <= slow_rounds else 1.0)
         stepped.add(k)
-        opened = int(bool(k) and last == 0)
-        auto.observe(1, k + 1, step, 2.0, [prefix_accepted(rng, k, 0.6)], [k], opened=opened, open_ms=5.0 * opened)
-        last = k
+        opened = batch if since == 1 else 0
+        accepted = [prefix_accepted(rng, k, alpha) for _ in range(batch)]
+        auto.observe(batch, k + 1, step, 2.0, accepted, [k] * batch, opened=opened, open_ms=5.0 * opened)
     return picks
 
 
@@ -506,29 +506,14 @@ def test_a_cold_start_does_not_park_a_c1_launch(monkeypatch):
     and stayed parked for 2010 of its 2016 rounds (grid c1_draft_2026-12-07h): the probes' own re-opening
     rounds, slow too, confirmed it. Neither a width's first step nor a re-opening round is a step sample;
     counted as one (the earlier rule), the same launch parks."""
-    picks = _cold_launch(AutoK(4), 600)
+    def launch():
+        return slow_start(AutoK(4), 1, 1.0, 0.6, 600, cold=3.0, slow=1.4, seed=7)
+
+    picks = launch()
     assert sum(k > 0 for k in picks[-400:]) > 0.9 * 400, picks[:40]
     monkeypatch.setattr(AutoK, "_is_step_sample", staticmethod(lambda width, after, cold, run: width > 1 or after in (None, 1)))
-    picks = _cold_launch(AutoK(4), 600)
+    picks = launch()
     assert sum(k == 0 for k in picks[-400:]) > 0.9 * 400, picks[:40]
-
-
-def _slow_reopens(auto: AutoK, rounds: int, seed: int = 4) -> list[int]:
-    """Batch 2 where drafting pays (α 0.56, a drafted step 1.25-1.4 plain ones), but the first two drafted
-    rounds after plain decoding run 2x slow: the draft server is still re-opening the batch and building
-    its first trees. ⇒ the K chosen each round."""
-    rng, picks, since = random.Random(seed), [], 0
-    for _ in range(rounds):
-        k = auto.choose(2)
-        picks.append(k)
-        since = since + 1 if k else 0
-        step = 40.0 * (1.0 + 0.25 * (k > 0) + 0.05 * k) * (1.0 + 0.05 * rng.uniform(-1, 1))
-        if k and since <= 2:
-            step *= 2.0
-        opened = 2 if since == 1 else 0
-        accepted = [prefix_accepted(rng, k, 0.56) for _ in range(2)]
-        auto.observe(2, k + 1, step, 2.0, accepted, [k] * 2, opened=opened, open_ms=5.0 * opened)
-    return picks
 
 
 def test_probes_sample_the_step_only_once_the_draft_server_caught_up(monkeypatch):
@@ -538,9 +523,12 @@ def test_probes_sample_the_step_only_once_the_draft_server_caught_up(monkeypatch
     round in a row (`WARM_AFTER`), and a probe lasts three."""
     from sglang_ssd.target import auto_k as mod
 
-    picks = _slow_reopens(AutoK(4), 1500)
+    def batch_two():  # drafted steps 1.25-1.4 plain ones, the first two after a re-open 2x slow
+        return slow_start(AutoK(4), 2, 1.25, 0.56, 1500, slow_rounds=2, slow=2.0, seed=4)
+
+    picks = batch_two()
     assert sum(k > 0 for k in picks[-1000:]) > 0.9 * 1000, picks[:60]
     monkeypatch.setattr(mod, "WARM_AFTER", 2)  # sampling the second round after a re-open (the earlier rule)
     monkeypatch.setattr(mod, "PARKED_PROBE", 2)
-    picks = _slow_reopens(AutoK(4), 1500)
+    picks = batch_two()
     assert sum(k == 0 for k in picks[-1000:]) > 0.9 * 1000, picks[:60]
