@@ -31,7 +31,12 @@ CALIBRATION_NAME = "calibration.json"
 # at batch 4 (33 of 71 ms, hit rate 0.64). Larger trees than 12 did not pay at batch 1 although the
 # planner predicts they do: their forwards also slow the target's (one memory bus), and at ΣF = 33 the
 # rounds took 83-86 ms against 76 ms at ΣF = 12, for 0.03 more tokens a round (results/sigmaf33_2026-12-06/).
-TREE_SHARE = 0.8
+# A share of 1: the served step is longer than the bare forward the planner prices (at c = 2 a K = 3
+# step read 45.0 ms where the calibration predicts 38.2, at c = 4 a K = 2 step 72.9 against 46.3), and
+# fixed ΣF = 12 trees the planner prices at 1.1-1.4 verify steps hit 0.77-0.81 at c = 2-4 (grid
+# c24_warm_2026-12-07k). Under 0.8 the table gave K = 3 five forks a request at batch 2; the default
+# drafted K = 3 there at hit rate 0.70 against fixed K = 3's 0.79, at 0.88 of the best fixed K.
+TREE_SHARE = 1.0
 MAX_BUDGET = 12
 # auto-K with ΣF by batch: 0.95 / 0.94 / 0.93 / 1.13 of the best fixed K (2-5) at c = 1 / 2 / 4 / 8 on
 # held-out ShareGPT (1.47x AR at c = 1; bench/results/defaults_sharegpt_2026-12-07c), 1.04 / 0.91 /

@@ -232,6 +232,12 @@ def distill_loss(sub_logits: torch.Tensor, rows: torch.Tensor, t_logits: torch.T
     return loss, agree
 
 
+def count_or_parts(text: str) -> list[int]:
+    """Part numbers from a count ('10': parts 0-9, as the shipped drafts' commands say) or from the parts
+    themselves ('8-11', '8,10'): a run from the shipped weights trains on the parts it has not seen."""
+    return list(range(int(text))) if text.isdigit() else parse_parts(text)
+
+
 def load_records(args) -> tuple[list[dict], list[dict]]:
     """(training records, validation records). Training: --parts template parts and --sharegpt-parts
     ShareGPT parts; validation: the target's greedy answers to --val-sharegpt held-out ShareGPT prompts
@@ -241,8 +247,8 @@ def load_records(args) -> tuple[list[dict], list[dict]]:
     # The template parts keep the route their cache was made with (hf); ShareGPT data takes --route.
     specs += [DataSpec(n_greedy=args.sharegpt_n_greedy, n_sampled=args.sharegpt_n_sampled, max_new=args.max_new,
                        seed=args.seed, part=part, source=source, route=args.route)
-              for source, parts in (("sharegpt", args.sharegpt_parts), ("sharegpt-later", args.sharegpt_later_parts))
-              for part in range(parts)]  # fmt: skip
+              for source, parts in (("sharegpt", range(args.sharegpt_parts)), ("sharegpt-later", args.sharegpt_later_parts))
+              for part in parts]  # fmt: skip
     # On-policy parts: the same kind of ShareGPT prompts, answered by --onpolicy-draft, scored by the target.
     specs += [DataSpec(n_greedy=args.sharegpt_n_greedy, n_sampled=args.sharegpt_n_sampled, max_new=args.max_new,
                        seed=args.seed, part=part, source="sharegpt", route="hf", answerer=str(args.onpolicy_draft))
@@ -457,8 +463,9 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--val-every", type=int, default=100)
     ap.add_argument("--sharegpt-parts", type=int, default=0,
                     help="ShareGPT data parts added to the template parts (sglang_ssd/sharegpt.py's train split)")
-    ap.add_argument("--sharegpt-later-parts", type=int, default=0,
-                    help="ShareGPT later-turn parts added too (sglang_ssd/sharegpt.py's train_later part)")
+    ap.add_argument("--sharegpt-later-parts", type=count_or_parts, default=[],
+                    help="ShareGPT later-turn parts added too (sglang_ssd/sharegpt.py's train_later part): a count "
+                    "N (parts 0 to N-1) or the parts themselves ('8-11', '8,10')")
     ap.add_argument("--sharegpt-n-greedy", type=int, default=512)
     ap.add_argument("--sharegpt-n-sampled", type=int, default=512)
     ap.add_argument("--val-sharegpt", type=int, default=0,
@@ -490,9 +497,9 @@ def parse_args(argv: list[str] | None = None):
         raise ValueError("--steps, --batch and --lr must be positive, --parts and --holdout non-negative")
     if args.init is not None and args.init.resolve() == args.out.resolve():
         raise ValueError("--init and --out are the same file: the run would overwrite its own starting point")
-    if min(args.sharegpt_parts, args.sharegpt_later_parts) < 0:
-        raise ValueError("--sharegpt-parts and --sharegpt-later-parts must be >= 0")
-    if args.parts + args.sharegpt_parts + args.sharegpt_later_parts + len(args.onpolicy_parts) == 0:
+    if args.sharegpt_parts < 0:
+        raise ValueError("--sharegpt-parts must be >= 0")
+    if args.parts + args.sharegpt_parts + len(args.sharegpt_later_parts) + len(args.onpolicy_parts) == 0:
         raise ValueError("no training data: --parts, --sharegpt-parts, --sharegpt-later-parts and --onpolicy-parts "
                          "are all empty")
     if not 0 <= args.val_sharegpt <= 256:

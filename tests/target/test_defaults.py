@@ -112,13 +112,12 @@ def test_larger_batches_ask_for_smaller_trees(calibrated, capsys):
     assert launch(calibrated, "--ssd-budget", "9").tree_budgets == []  # a named ΣF holds at every batch
 
 
-def test_the_tree_margin_keeps_the_tree_inside_the_verify_step():
+def test_the_launch_tree_stays_inside_the_verify_step_and_the_cap():
     from sglang_ssd.planner.choose import plan
 
     cal = json.loads(CALIBRATION.read_text())
     free = plan(cal, PRIOR_ALPHA, 1.0, k_max=7).best_ssd
     held = defaults.plan_under_rule(cal, PRIOR_ALPHA, batch=1).best_ssd
     assert held.draft_ms <= defaults.TREE_SHARE * held.verify_ms and held.budget <= defaults.MAX_BUDGET
-    assert free.draft_ms > defaults.TREE_SHARE * free.verify_ms  # the margin changes the choice here
-    assert free.budget > defaults.MAX_BUDGET  # and so does the cap
+    assert free.budget > defaults.MAX_BUDGET  # the cap changes the choice here (its tree fits the share)
     assert (held.k, held.budget) == defaults.choose(cal)[:2]

@@ -200,5 +200,11 @@ def test_the_data_flags_name_the_parts_loaded(monkeypatch):
     got = [(s.source, s.part) for s in loaded]
     assert got == [("sharegpt", 0), ("sharegpt", 1), ("sharegpt-later", 0), ("sharegpt-later", 1),
                    ("sharegpt-later", 2), ("sharegpt-held-out", 0)]  # fmt: skip
-    with pytest.raises(ValueError, match="--sharegpt-later-parts"):
+    # ... or the later-turn parts named: a run from the shipped weights trains on the parts it has not seen
+    loaded.clear()
+    args = draft_train.parse_args(["--target", "t", "--out", "o.safetensors", "--parts", "0",
+                                   "--sharegpt-later-parts", "8-9,11"])  # fmt: skip
+    draft_train.load_records(args)
+    assert [(s.source, s.part) for s in loaded] == [("sharegpt-later", 8), ("sharegpt-later", 9), ("sharegpt-later", 11)]
+    with pytest.raises(SystemExit):  # argparse's one-line usage error
         draft_train.parse_args(["--target", "t", "--out", "o.safetensors", "--sharegpt-later-parts", "-1"])
