@@ -120,4 +120,9 @@ def test_the_launch_tree_stays_inside_the_verify_step_and_the_cap():
     held = defaults.plan_under_rule(cal, PRIOR_ALPHA, batch=1).best_ssd
     assert held.draft_ms <= defaults.TREE_SHARE * held.verify_ms and held.budget <= defaults.MAX_BUDGET
     assert free.budget > defaults.MAX_BUDGET  # the cap changes the choice here (its tree fits the share)
+    # Under the cap the share still binds at depth: on this calibration at K = 6, 5 forks where 7 fit the cap.
+    capped = plan(cal, PRIOR_ALPHA, 1.0, k_max=7, max_budget=defaults.MAX_BUDGET).ssd
+    ruled = defaults.plan_under_rule(cal, PRIOR_ALPHA, batch=1).ssd
+    assert [r.budget for r in ruled] != [c.budget for c in capped]
+    assert all(r.draft_ms <= defaults.TREE_SHARE * r.verify_ms for r in ruled)
     assert (held.k, held.budget) == defaults.choose(cal)[:2]
