@@ -243,8 +243,7 @@ def load_records(args) -> tuple[list[dict], list[dict]]:
     ShareGPT parts; validation: the target's greedy answers to --val-sharegpt held-out ShareGPT prompts
     (never trained on), else every --holdout-th training record."""
     specs = [DataSpec(n_greedy=args.n_greedy, n_sampled=args.n_sampled, max_new=args.max_new, seed=args.seed,
-                      part=part) for part in range(args.parts)]  # fmt: skip
-    # The template parts keep the route their cache was made with (hf); ShareGPT data takes --route.
+                      part=part, route=args.route) for part in range(args.parts)]  # fmt: skip
     specs += [DataSpec(n_greedy=args.sharegpt_n_greedy, n_sampled=args.sharegpt_n_sampled, max_new=args.max_new,
                        seed=args.seed, part=part, source=source, route=args.route)
               for source, parts in (("sharegpt", range(args.sharegpt_parts)), ("sharegpt-later", args.sharegpt_later_parts))
@@ -471,7 +470,7 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--val-sharegpt", type=int, default=0,
                     help="validate on the target's greedy answers to this many held-out ShareGPT prompts")
     ap.add_argument("--route", choices=("hf", "server"), default="server",
-                    help="how the ShareGPT data was (or is to be) generated: its cache tag (draft_data.py)")
+                    help="how the data was (or is to be) generated: its cache tag (draft_data.py)")
     ap.add_argument("--onpolicy-parts", type=parse_parts, default=[],
                     help="ShareGPT train-split parts ('8' or '8-9') answered by --onpolicy-draft and scored by the "
                     "target (on-policy data), added to the training data")

@@ -208,3 +208,12 @@ def test_the_data_flags_name_the_parts_loaded(monkeypatch):
     assert [(s.source, s.part) for s in loaded] == [("sharegpt-later", 8), ("sharegpt-later", 9), ("sharegpt-later", 11)]
     with pytest.raises(SystemExit):  # argparse's one-line usage error
         draft_train.parse_args(["--target", "t", "--out", "o.safetensors", "--sharegpt-later-parts", "-1"])
+    # The template parts follow --route like the ShareGPT ones (their cache and answer store are the
+    # route's): the default route reads what `draft_data --source templates` writes.
+    loaded.clear()
+    draft_train.load_records(draft_train.parse_args(["--target", "t", "--out", "o.safetensors", "--parts", "1"]))
+    assert [(s.source, s.part, s.route) for s in loaded] == [("templates", 0, "server")]
+    loaded.clear()
+    draft_train.load_records(draft_train.parse_args(["--target", "t", "--out", "o.safetensors", "--parts", "1",
+                                                     "--route", "hf"]))  # fmt: skip
+    assert [(s.source, s.part, s.route) for s in loaded] == [("templates", 0, "hf")]
