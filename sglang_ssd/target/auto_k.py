@@ -34,7 +34,8 @@ A bucket the batch enters while it is parked starts parked. Switching between pl
 drafting needs a predicted gain of `SWITCH_MARGIN`, since parking and re-opening cost more than the step rates show;
 within drafting the best K is taken as is. A bucket parks only after `PARK_AFTER` drafted
 request-rounds, unless plain decoding is predicted `CLEAR_LOSS` times faster: on fewer, a few bad
-first drafts could park it for hundreds of rounds.
+first drafts could park it for hundreds of rounds. Even a clear loss waits for `FIRST_DRAFTS` step
+samples: one slow sample from a new draft server looked like one.
 
 What a plain step costs is measured with the draft server quiet: a plain round right after a drafted one
 overlaps the draft server's last tree steps (its requests are closed without waiting), so only a plain
@@ -53,7 +54,7 @@ server is a cost only drafting pays; its running mean per drafted round is added
 Re-opening is priced where it is paid. Leaving plain decoding re-opens every request of the batch on
 the draft server (a draft prefill of its context, waited for), so a parked batch's drafted rates carry
 that cost, measured per request, spread over the rounds the batch is expected to stay in its bucket
-(the running mean of its visits). Without it two neighbouring buckets that disagree would flap: at
+(the geometric running mean of its visits). Without it two neighbouring buckets that disagree would flap: at
 c = 8 the batch dips from 8 to 7 for a round whenever a request ends, and a drafting 4-7 bucket beside
 a parked 8 bucket would re-open the whole batch at each dip.
 """
@@ -112,6 +113,10 @@ SWITCH_MARGIN = 0.05  # predicted gain needed to switch between plain decoding a
 # Where plain decoding is predicted CLEAR_LOSS times faster than any draft, a bucket parks at once.
 PARK_AFTER = 24
 CLEAR_LOSS = 1.5
+# Drafted step samples (in request-rounds, like PARK_AFTER) a drafting bucket takes at K = 1 before its
+# first decision. A new draft server can run slow past the skipped warm-up rounds: a c = 1 run decided on
+# one sample at 3.0 plain steps, parked on a clear loss for 2010 of 2016 rounds (grid c1_ab_2026-12-07q).
+FIRST_DRAFTS = 4
 MAX_GAP_S = 1.0  # a longer pause between steps is idleness, not scheduler work
 YIELD_DECAY = 0.99  # per drafted round, for the tokens drafted rounds accepted against the expected
 YIELD_PRIOR = 4.0  # the yield share's prior (1), worth a few rounds of a small batch
@@ -162,7 +167,7 @@ class AutoK:
         self.chosen_in: dict[int, list[int]] = {}  # bucket -> rounds by the K chosen
         self.asked: int | None = None  # the depth last asked of the draft server
         self.reopen = [0.0, 0]  # running mean of the wait for opening one request on the draft server
-        self.visits: dict[int, list[float]] = {}  # bucket -> [running mean of its visits' rounds, count]
+        self.visits: dict[int, list[float]] = {}  # bucket -> [running mean of log(its visits' rounds), count]
         self.visit = (0, 0)  # (bucket, rounds so far) of the visit in progress
         self.last_k: int | None = None  # 0: the batch is parked (its requests closed on the draft server)
         self.switches = 0  # rounds that switched between plain decoding and drafting
@@ -221,11 +226,15 @@ class AutoK:
         return k
 
     def expected_visit(self, b: int) -> float:
-        """Rounds the batch is expected to stay in bucket ``b``: the mean of its past visits, or the
-        visit in progress once it is longer (a batch size that holds stops paying for re-opens)."""
+        """Rounds the batch is expected to stay in bucket ``b``: the geometric running mean of its past
+        visits, or the visit in progress once it is longer (a batch size that holds stops paying for
+        re-opens). Geometric, so one long visit does not outweigh the short ones that follow: after a
+        1,000-round c = 2 run the arithmetic mean took a dozen one-round dips from c = 4 to batch 3 to fall
+        below the re-open's break-even, each dip re-opening the batch (34 switches, grid
+        c248_s20_2026-12-07o); the geometric one takes two."""
         v = self.visits.get(b)
         now = self.visit[1] if self.visit[0] == b else 0
-        return max(VISIT_PRIOR if v is None else v[0], now, 1.0)
+        return max(VISIT_PRIOR if v is None else math.exp(v[0]), now, 1.0)
 
     def is_parked(self, b: int) -> bool:
         """Whether bucket ``b`` explores as a parked one (rarely and short, since each try re-opens the
@@ -235,6 +244,10 @@ class AutoK:
         if b in self.best:
             return self.best[b] == 0
         return any(self.best.get(x) == 0 for x in range(b)) or (self.last_k == 0 and 0 in self.best.values())
+
+    def drafted_samples(self, b: int) -> int:
+        """Drafted step samples measured in bucket ``b`` (over all widths)."""
+        return sum(int(n) for (bb, _), (_, n) in self.ratios.items() if bb == b)
 
     def parked_interval(self, batch: int) -> int:
         """Rounds between a parked bucket's explorations: ``EXPLORE_PARKED``, or, where plain decoding
@@ -279,7 +292,7 @@ class AutoK:
         """One more round in bucket ``b``; a change of bucket ends the previous visit."""
         last, n = self.visit
         if b != last and n:
-            running_mean(self.visits.setdefault(last, [0.0, 0]), n)
+            running_mean(self.visits.setdefault(last, [0.0, 0]), math.log(n))
             n = 0
         self.visit = (b, n + 1)
 
@@ -299,7 +312,7 @@ class AutoK:
             self.probe = (k, n - 1)
         elif self.plain.get(b, (0.0, 0))[1] < PLAIN_FIRST:
             k = 0
-        elif len(seen) < 2:
+        elif len(seen) < 2 or (not parked and self.drafted_samples(b) * batch < FIRST_DRAFTS):
             k = 1 if explore or not parked else 0
         elif explore:
             # (a draw past the ceiling explores the ceiling: plain decoding keeps its share of the draws)
@@ -423,7 +436,7 @@ class AutoK:
             "ssd_auto_k_open_ms": self.open_ms,
             "ssd_auto_k_yield_share": {f"bucket{b}": round(self.yield_share(b), 3) for b in sorted(self.yielded)},
             "ssd_auto_k_reopen_ms": self.reopen_ms,
-            "ssd_auto_k_visit_rounds": {f"bucket{b}": round(v[0], 2) for b, v in sorted(self.visits.items())},
+            "ssd_auto_k_visit_rounds": {f"bucket{b}": round(math.exp(v[0]), 2) for b, v in sorted(self.visits.items())},
             # Expected step ms per batch-size bucket (1 = batch 1, 2 = 2-3, 3 = 4-7, ...) at plain
             # decoding and at the full draft; None where not yet estimable (a parked bucket).
             "ssd_auto_k_step_ms": {

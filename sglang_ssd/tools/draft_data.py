@@ -33,11 +33,11 @@ import torch
 from tqdm import tqdm
 
 from sglang_ssd.prompts import chat_ids
-from sglang_ssd.tools.draft_prompts import training_prompts
+from sglang_ssd.tools.draft_prompts import training_prompts, training_prompts_b
 
 # the ShareGPT split part (sglang_ssd/sharegpt.py) and the cache/answer-store prefix of each source
 SHAREGPT_PARTS = {"sharegpt": "train", "sharegpt-held-out": "held_out", "sharegpt-later": "train_later"}
-PREFIXES = {"templates": "", "sharegpt": "sharegpt_", "sharegpt-held-out": "sharegpt_held_out_",
+PREFIXES = {"templates": "", "templates-b": "tmplb_", "sharegpt": "sharegpt_", "sharegpt-held-out": "sharegpt_held_out_",
             "sharegpt-later": "sharegpt_later_"}
 SOURCES = tuple(PREFIXES)
 
@@ -47,6 +47,8 @@ def source_prompts(spec: DataSpec) -> list[str]:
     n = spec.n_greedy + spec.n_sampled
     if spec.source == "templates":
         return [p for _, p in training_prompts(n * (spec.part + 1), seed=spec.seed)[n * spec.part:]]
+    if spec.source == "templates-b":
+        return [p for _, p in training_prompts_b(n * (spec.part + 1), seed=spec.seed)[n * spec.part:]]
     from sglang_ssd.sharegpt import load_sharegpt
 
     stream = load_sharegpt(SHAREGPT_PARTS[spec.source])

@@ -247,3 +247,232 @@ def held_out_prompts() -> list[tuple[str, str]]:
     if overlap:
         raise ValueError(f"held-out prompts also in the training set: {overlap}")
     return list(HELD_OUT)
+
+
+# --- The second template family ("templates-b") -------------------------------------------------------
+# The first family runs out of distinct chat, code and opinion prompts after about 1,000 (its later parts
+# are mostly arithmetic). This family adds longer requests with a stated audience, length or format, the
+# shapes users write and the first family lacks. Its own stream, so the first family's parts (and their
+# stored answers) stay as they are. No prompt shares a six-word run with an evaluation prompt.
+
+_B_CONCEPTS = [
+    "how a vaccine trains the immune system", "why the sky is blue", "how a credit score works",
+    "what causes ocean waves", "how a search engine ranks pages", "why bread rises",
+    "how glaciers shape valleys", "what a neural network is", "how interest on a loan adds up",
+    "why we have leap years", "how a heat pump warms a house", "what a black hole is",
+    "how bees make honey", "why iron rusts", "how a bicycle stays upright", "what inflation does to savings",
+    "how noise-cancelling headphones work", "why cats purr", "how a compass finds north",
+    "what the greenhouse effect is", "how an election is counted", "why onions make you cry",
+    "how solar panels make electricity", "what an API is", "how the heart pumps blood",
+    "why some metals are magnetic", "how a password manager keeps secrets", "what a recession is",
+    "how coral reefs form", "why we dream", "how GPS knows where you are", "what a mortgage is",
+]
+_B_AUDIENCES = [
+    "a ten-year-old", "my grandmother", "a first-year student", "a busy manager", "someone who has never heard of it",
+    "a high-school class", "a friend who hates science",
+]
+_B_LENGTHS = ["in three sentences", "in under 100 words", "in one short paragraph", "as a numbered list",
+              "with one everyday example", "without any jargon"]
+_B_CITIES = ["Rome", "Kyoto", "Prague", "Barcelona", "Vienna", "Istanbul", "Edinburgh", "Mexico City", "Seoul",
+             "Amsterdam", "Budapest", "Cape Town"]
+_B_OCCASIONS = [
+    ("my sister", "her graduation"), ("a coworker", "their retirement"), ("my neighbor", "watering my plants"),
+    ("my coach", "a great season"), ("an old friend", "their new baby"), ("my teacher", "a reference letter"),
+    ("the hotel staff", "a pleasant stay"), ("my uncle", "his sixtieth birthday"),
+]
+_B_REQUESTS = [
+    ("my boss", "to work from home on Fridays"), ("the city council", "to fix a dangerous crossing"),
+    ("a shop", "for a refund on a broken blender"), ("my landlady", "to allow a small cat"),
+    ("a professor", "for an extension on an essay"), ("the gym", "to cancel my membership"),
+    ("a client", "to move our call to next week"), ("my neighbors", "to keep the noise down after ten"),
+]
+_B_THINGS = ["breakfasts", "board games for two", "habits for a calmer morning", "ways to reuse glass jars",
+             "questions to ask at a job interview", "indoor plants for low light", "stretches for desk workers",
+             "cheap date ideas", "podcasts topics for beginners", "ways to save on groceries",
+             "rainy-day activities for kids", "things to check before buying a used bike"]
+_B_PARAGRAPHS = [
+    "Our school started a recycling club in September. Students collect paper and bottles every Friday and "
+    "sell them to a local plant. The money paid for new books for the library.",
+    "The bridge in the old town was closed for repairs for two years. Shops nearby lost customers, but the new "
+    "bridge is wider and has a lane for bicycles.",
+    "Mia wanted to run a marathon, so she trained four times a week for six months. On race day it rained, but "
+    "she finished in just under five hours and raised money for charity.",
+    "The museum added an evening opening on Thursdays. Tickets are cheaper after six, and the cafe stays open "
+    "late. Visitor numbers on Thursdays doubled within a month.",
+    "A small bakery switched to selling only in the mornings. The owner now bakes less, throws away almost no "
+    "bread, and has more time for her family.",
+]
+_B_SCENES = ["a harbor at dawn", "an empty train station at night", "autumn leaves on a bike path",
+             "a thunderstorm over the city", "a cat asleep in the sun", "the smell of fresh coffee",
+             "a kite on a windy beach", "the last day of summer holidays"]
+_B_CHAT = [
+    "Explain {concept} to {audience}, {length}.", "Can you describe {concept} {length}?",
+    "I never understood {concept}. Could you explain it {length}?",
+    "Write a warm thank-you message to {who} for {why}.", "Write a brief, friendly email asking {whom} {ask}.",
+    "Draft a polite message to {whom} asking {ask}. Keep it under five sentences.",
+    "I have {days} days in {city}. Suggest a relaxed plan for each day.",
+    "Plan a {days}-day trip to {city} for someone on a tight budget.",
+    "List {count} {things}.", "Suggest {count} {things}, with one line on each.",
+    "Summarize this in one sentence: \"{paragraph}\"", "Give this text a short title and a one-line summary: \"{paragraph}\"",
+    "Write a four-line poem about {scene}.", "Write a haiku about {scene}.",
+    "How do I say no to {whom} asking me {ask2} without sounding rude?",
+]
+_B_ASK2 = ["to lend them money", "to work this weekend", "to join a new committee", "to host the family dinner",
+           "to help them move house"]
+_B_MATH = [
+    "{n1} has {a} {item}. {n1} gives a quarter of them to {n2} and then buys {c} more. How many {item} does {n1} have?",
+    "A shop sells {item} at ${p} each or {d} for ${q}. How much does {n1} save by buying {d} at once instead of one at a time?",
+    "{n1} runs {d} km on weekdays and {h} km on each day of the weekend. How far does {n1} run in {b} weeks?",
+    "A class of {a} students goes on a trip. Each bus holds {w} students. How many buses are needed?",
+    "A jacket costs ${big}. It is marked down by {pct}%, and then {n1} uses a $5 coupon. What does {n1} pay?",
+    "{n1} is {d} times as old as {n2}. {n2} is {c} years old. How old will {n1} be in {h} years?",
+    "A pizza has {e} slices. {d} friends each eat 2 slices. How many slices are left?",
+    "A water tank is filled at {d} liters per minute. How many minutes does it take to fill {a} liters?",
+    "{n1} bought {d} shirts at ${w} each and a pair of shoes for ${s}. How much did {n1} spend in all?",
+    "A garden is {a} m long and {b} m wide. A path of 1 m runs along the inside of the fence. What area is left for plants?",
+    "{n1} saves {pct}% of a ${big} weekly wage. How much does {n1} save in {b} weeks?",
+    "A movie starts at {h}:15 and lasts {d} hours and {s} minutes. At what time does it end?",
+    "The sum of two numbers is {a} and their difference is {c}. What are the two numbers?",
+    "{n1} types {s} words per minute. How long does a {a}00-word essay take to type?",
+    "A baker uses {c} eggs for every {d} cakes. How many eggs for {a} cakes?",
+    "There are {a} red and {b} blue beads in a bag. What fraction of the beads are blue?",
+]
+_B_FUNCS = [
+    ("count_words", "counts the words in a sentence"), ("is_even", "tells whether a number is even"),
+    ("to_title", "turns a sentence into title case"), ("unique_sorted", "returns the sorted unique items of a list"),
+    ("chunk", "splits a list into chunks of size n"), ("safe_divide", "divides two numbers and returns None on division by zero"),
+    ("median", "returns the median of a list of numbers"), ("char_counts", "counts each character in a string"),
+    ("clamp", "limits a number to a given range"), ("last_n_lines", "returns the last n lines of a text file"),
+    ("dedupe_keep_order", "removes duplicates but keeps the first occurrence order"),
+    ("is_sorted", "checks whether a list is sorted"), ("word_lengths", "maps each word to its length"),
+    ("snake_to_camel", "converts snake_case names to camelCase"), ("running_total", "returns the running totals of a list"),
+]
+_B_SNIPPETS = [
+    ("def add_item(item, items=[]):\n    items.append(item)\n    return items", "it keeps old items between calls"),
+    ("for i in range(1, 10):\n    print(i)", "it should print 1 to 10"),
+    ("nums = [1, 2, 3]\nfor n in nums:\n    if n == 2:\n        nums.remove(n)\nprint(nums)", "it skips elements"),
+    ("x = input('number: ')\nprint(x + 1)", "it crashes"),
+    ("def mean(xs):\n    return sum(xs) / len(xs)", "it fails on an empty list"),
+    ("words = text.split(' ')\nprint(len(words))", "it miscounts when there are double spaces"),
+    ("import json\ndata = json.load('config.json')", "it raises an error"),
+]
+_B_TABLES = [("employees", "salary above 50000"), ("orders", "were placed in 2023"), ("books", "have more than 300 pages"),
+             ("students", "scored above 90"), ("products", "are out of stock"), ("users", "signed up last month")]
+_B_TOOLS = ["a list comprehension", "a dictionary", "a set", "a generator", "f-strings", "the with statement",
+            "a lambda", "enumerate", "zip", "a decorator", "a class method", "try/except"]
+_B_CODE = [
+    "Write a Python function `{fname}` that {fdoc}.", "Write a Python function `{fname}` that {fdoc}. Add a docstring and two examples.",
+    "In {lang}, write a function that {fdoc}.", "Write a Python function that {fdoc}, and explain how it works.",
+    "Fix this code, {why}:\n```python\n{code}\n```", "Explain why {why} here:\n```python\n{code}\n```",
+    "Write a SQL query that lists all {table} that {cond}.", "Write a SQL query that counts the {table} that {cond}.",
+    "When should I use {tool} in Python? Give a short example.", "Show a small Python example of {tool} and explain it.",
+]
+_B_PLANS = [
+    "learn Spanish with an app for 10 minutes a day and watch one film a week", "cycle to work three days a week",
+    "wake up at 6 to write for an hour before work", "cook all my lunches on Sunday for the whole week",
+    "read one book a month by reading on my commute", "run a 10 km race in eight weeks, starting from zero",
+    "save for a holiday by putting aside $50 every payday", "learn to draw by copying one photo every evening",
+    "study for my driving test with one lesson and two practice tests a week", "stop using my phone after 9 pm",
+    "meditate for five minutes after lunch", "practice piano for twenty minutes before dinner",
+    "walk 10,000 steps a day by taking the stairs and walking to the shops",
+]
+_B_IDEAS = [
+    "opening a small coffee cart near a university", "selling my old clothes online", "moving to a smaller town",
+    "taking a year off to travel", "starting a podcast about local history", "switching careers to nursing at 35",
+    "buying an electric scooter for commuting", "teaching my kids to cook", "renting out a spare room",
+    "going back to university part time", "joining a community choir", "learning to sail at 50",
+    "giving up my car and using a bike", "homeschooling for one year", "building a website for my band",
+    "adopting two kittens instead of one", "keeping chickens in the garden", "working four long days instead of five",
+    "writing a family cookbook", "volunteering at an animal shelter every Saturday",
+]
+_B_COMPARE = [("trains", "planes for short trips"), ("paper notes", "note-taking apps"), ("gas stoves", "induction hobs"),
+              ("private schools", "public schools"), ("leasing a car", "buying one"), ("e-books", "audiobooks"),
+              ("shared offices", "working from a cafe"), ("city parks", "private gardens")]
+_B_LINES = [
+    "It was the kind of morning that made promises it could not keep.",
+    "Nobody in our village had ever seen snow in May.",
+    "We sell shoes that remember your feet.",
+    "Fresh bread, every morning, from people who care.",
+    "The letter arrived twenty years late.", "Good coffee, no rush.", "My grandfather collected clocks that never worked.",
+    "Clean energy for every home on the street.", "The dog knew before any of us did.",
+]
+_B_OPINION = [
+    "Review my plan: I want to {plan}. Is it realistic, and what would you change?",
+    "Here is my goal: {plan}. What problems might I run into?", "What do you think of {idea}?",
+    "I am thinking about {idea}. What should I consider first?", "Is {idea} a good idea for someone with little money?",
+    "What are the pros and cons of {x} compared with {y}?", "Which is better, {x} or {y}? Explain briefly.",
+    "Give me honest feedback on this line: \"{line}\"", "Is this a good opening for a story? \"{line}\"",
+    "Would this work as a slogan? \"{line}\" Suggest two alternatives.",
+]
+# A closing instruction multiplies the distinct prompts of every kind; "" keeps the plain form common.
+_B_SUFFIXES = {
+    "chat": ["", "", " Please keep it short.", " Use simple words.", " Make it friendly."],
+    "math": ["", "", " Show your steps.", " Explain your answer.", " Give only the final number."],
+    "code": ["", "", " Keep it short.", " Include a short explanation.", " Use only the standard library."],
+    "opinion": ["", "", " Please be honest.", " Answer in a few bullet points.", " Keep it brief.",
+                " Give me both sides.", " I am a student, if that matters."],
+}
+_B_TEMPLATES = {"chat": _B_CHAT, "math": _B_MATH, "code": _B_CODE, "opinion": _B_OPINION}
+
+
+def _fill_b(kind: str, template: str, rng: random.Random) -> str:
+    who, why = rng.choice(_B_OCCASIONS)
+    whom, ask = rng.choice(_B_REQUESTS)
+    fname, fdoc = rng.choice(_B_FUNCS)
+    code, cwhy = rng.choice(_B_SNIPPETS)
+    table, cond = rng.choice(_B_TABLES)
+    x, y = rng.choice(_B_COMPARE)
+    n1, n2 = rng.sample(_NAMES, 2)
+    d = rng.randint(2, 6)
+    values = {
+        "concept": rng.choice(_B_CONCEPTS), "audience": rng.choice(_B_AUDIENCES), "length": rng.choice(_B_LENGTHS),
+        "who": who, "why": cwhy if kind == "code" else why, "whom": whom, "ask": ask, "ask2": rng.choice(_B_ASK2),
+        "days": rng.randint(2, 5), "city": rng.choice(_B_CITIES), "count": rng.choice([3, 4, 5, 6, 8, 10]),
+        "things": rng.choice(_B_THINGS), "paragraph": rng.choice(_B_PARAGRAPHS), "scene": rng.choice(_B_SCENES),
+        "n1": n1, "n2": n2, "item": rng.choice(_ITEMS), "a": rng.randint(12, 96), "b": rng.randint(2, 12),
+        "c": rng.randint(2, 15), "d": d, "e": rng.choice([8, 10, 12, 16]), "h": rng.randint(2, 9),
+        "p": rng.randint(2, 9), "q": rng.randint(5, 30), "w": rng.randint(8, 45), "s": rng.randint(20, 80),
+        "big": rng.choice([60, 80, 120, 200, 250]), "pct": rng.choice([10, 15, 20, 25, 30, 40]),
+        "fname": fname, "fdoc": fdoc, "lang": rng.choice(_LANGS), "code": code, "table": table, "cond": cond,
+        "tool": rng.choice(_B_TOOLS), "plan": rng.choice(_B_PLANS), "idea": rng.choice(_B_IDEAS), "x": x, "y": y,
+        "line": rng.choice(_B_LINES),
+    }
+    return template.format(**values)
+
+
+def _six_word_runs(text: str) -> set[tuple[str, ...]]:
+    words = text.lower().split()
+    return {tuple(words[i: i + 6]) for i in range(len(words) - 5)}
+
+
+def _evaluation_runs() -> set[tuple[str, ...]]:
+    from sglang_ssd.prompts import load_prompts
+
+    texts = [p for _, p in HELD_OUT] + [p.prompt for p in load_prompts()]
+    return set().union(*(_six_word_runs(t) for t in texts))
+
+
+def training_prompts_b(n: int, seed: int = 0) -> list[tuple[str, str]]:
+    """`n` distinct (kind, prompt) pairs of the second family, kinds in rotation; deterministic in seed.
+    A prompt that shares a six-word run with a held-out or prompt-set prompt is skipped."""
+    if n <= 0:
+        raise ValueError(f"n must be positive, got {n}")
+    rng = random.Random(seed)
+    banned = _evaluation_runs()
+    out: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    misses = dict.fromkeys(KINDS, 0)
+    turn = 0
+    while len(out) < n:
+        live = [k for k in KINDS if misses[k] < 2000]
+        if not live:
+            raise ValueError(f"cannot build {n} distinct prompts from the second template family")
+        kind = live[turn % len(live)]
+        prompt = _fill_b(kind, rng.choice(_B_TEMPLATES[kind]), rng) + rng.choice(_B_SUFFIXES[kind])
+        if prompt in seen or _six_word_runs(prompt) & banned:
+            misses[kind] += 1
+            continue
+        turn += 1
+        seen.add(prompt)
+        out.append((kind, prompt))
+    return out

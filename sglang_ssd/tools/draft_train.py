@@ -244,6 +244,8 @@ def load_records(args) -> tuple[list[dict], list[dict]]:
     (never trained on), else every --holdout-th training record."""
     specs = [DataSpec(n_greedy=args.n_greedy, n_sampled=args.n_sampled, max_new=args.max_new, seed=args.seed,
                       part=part, route=args.route) for part in range(args.parts)]  # fmt: skip
+    specs += [DataSpec(n_greedy=args.n_greedy, n_sampled=args.n_sampled, max_new=args.max_new, seed=args.seed,
+                       part=part, source="templates-b", route=args.route) for part in args.templates_b_parts]  # fmt: skip
     specs += [DataSpec(n_greedy=args.sharegpt_n_greedy, n_sampled=args.sharegpt_n_sampled, max_new=args.max_new,
                        seed=args.seed, part=part, source=source, route=args.route)
               for source, parts in (("sharegpt", range(args.sharegpt_parts)), ("sharegpt-later", args.sharegpt_later_parts))
@@ -393,6 +395,7 @@ def train(args) -> dict:
         "generation_cpu_s_recorded": round(sum(r.get("gen_cpu_s", 0.0) for r in records + held)),
         "holdout_every": args.holdout, "val_sharegpt": args.val_sharegpt, "val_log": log["val"],
         "sharegpt_parts": args.sharegpt_parts, "sharegpt_later_parts": args.sharegpt_later_parts,
+        "templates_b_parts": args.templates_b_parts,
         "onpolicy_parts": args.onpolicy_parts,
         "onpolicy_draft": str(args.onpolicy_draft) if args.onpolicy_parts else None, "hard_weight": args.hard_weight, "tv_weight": args.tv_weight,
         "init": str(args.init) if args.init else None,
@@ -465,6 +468,8 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--sharegpt-later-parts", type=count_or_parts, default=[],
                     help="ShareGPT later-turn parts added too (sglang_ssd/sharegpt.py's train_later part): a count "
                     "N (parts 0 to N-1) or the parts themselves ('8-11', '8,10')")
+    ap.add_argument("--templates-b-parts", type=count_or_parts, default=[],
+                    help="parts of the second template family (a count, or the parts: '1-2')")
     ap.add_argument("--sharegpt-n-greedy", type=int, default=512)
     ap.add_argument("--sharegpt-n-sampled", type=int, default=512)
     ap.add_argument("--val-sharegpt", type=int, default=0,
@@ -498,9 +503,9 @@ def parse_args(argv: list[str] | None = None):
         raise ValueError("--init and --out are the same file: the run would overwrite its own starting point")
     if args.sharegpt_parts < 0:
         raise ValueError("--sharegpt-parts must be >= 0")
-    if args.parts + args.sharegpt_parts + len(args.sharegpt_later_parts) + len(args.onpolicy_parts) == 0:
-        raise ValueError("no training data: --parts, --sharegpt-parts, --sharegpt-later-parts and --onpolicy-parts "
-                         "are all empty")
+    if args.parts + args.sharegpt_parts + len(args.sharegpt_later_parts + args.templates_b_parts + args.onpolicy_parts) == 0:
+        raise ValueError("no training data: --parts, --sharegpt-parts, --sharegpt-later-parts, --templates-b-parts and "
+                         "--onpolicy-parts are all empty")
     if not 0 <= args.val_sharegpt <= 256:
         raise ValueError("--val-sharegpt must be in [0, 256] (the held-out slice)")
     return args

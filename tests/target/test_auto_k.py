@@ -4,6 +4,7 @@ does (a flat, GPU-like curve, a strong draft), per batch size."""
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -512,6 +513,7 @@ def test_a_cold_start_does_not_park_a_c1_launch(monkeypatch):
     picks = launch()
     assert sum(k > 0 for k in picks[-400:]) > 0.9 * 400, picks[:40]
     monkeypatch.setattr(AutoK, "_is_step_sample", staticmethod(lambda width, after, cold, run: width > 1 or after in (None, 1)))
+    monkeypatch.setattr("sglang_ssd.target.auto_k.FIRST_DRAFTS", 0)  # (this rule alone: FIRST_DRAFTS also rescues it)
     picks = launch()
     assert sum(k == 0 for k in picks[-400:]) > 0.9 * 400, picks[:40]
 
@@ -530,5 +532,50 @@ def test_probes_sample_the_step_only_once_the_draft_server_caught_up(monkeypatch
     assert sum(k > 0 for k in picks[-1000:]) > 0.9 * 1000, picks[:60]
     monkeypatch.setattr(mod, "WARM_AFTER", 2)  # sampling the second round after a re-open (the earlier rule)
     monkeypatch.setattr(mod, "PARKED_PROBE", 2)
+    monkeypatch.setattr(mod, "FIRST_DRAFTS", 0)  # (this rule alone: FIRST_DRAFTS also rescues it)
     picks = batch_two()
     assert sum(k == 0 for k in picks[-1000:]) > 0.9 * 1000, picks[:60]
+
+
+def test_one_slow_first_sample_does_not_park_a_c1_launch(monkeypatch):
+    """Grid c1_ab_2026-12-07q: a new draft server ran slow past the skipped warm-up rounds, and batch 1
+    decided on one drafted sample at 3.0 plain steps, parked on a clear loss and stayed parked for 2010
+    of 2016 rounds. A drafting bucket takes FIRST_DRAFTS samples before its first decision; deciding on
+    the first sample (the earlier rule), the same launch parks."""
+    from sglang_ssd.target import auto_k as mod
+
+    def launch():  # the first four drafted rounds 3x slow: rounds 3 and 4 are samples
+        return slow_start(AutoK(4), 1, 1.0, 0.6, 600, slow_rounds=4, slow=3.0, seed=3)
+
+    picks = launch()
+    assert sum(k > 0 for k in picks[-400:]) > 0.9 * 400, picks[:40]
+    monkeypatch.setattr(mod, "FIRST_DRAFTS", 0)
+    picks = launch()
+    assert sum(k == 0 for k in picks[-400:]) > 0.9 * 400, picks[:40]
+
+
+def c2_then_c4(auto: AutoK) -> int:
+    """800 rounds at batch 2, where K = 1 wins, then 600 at batch 4, where plain decoding wins clearly,
+    dipping to batch 3 for one round in six (a request ended). ⇒ switches during the c = 4 part."""
+    steps = {2: {1: 40.0, 2: 44.0, 3: 48.0}, 3: {1: 42.0, 2: 47.0, 3: 51.0}, 4: {1: 45.0, 2: 80.0, 3: 95.0}}
+    reopening_rounds(auto, steps, lambda i: 2, 800, 25.0, 0.03)
+    before = auto.switches
+    reopening_rounds(auto, steps, lambda i: 3 if i % 6 == 5 else 4, 600, 25.0, 0.03, seed=1)
+    return auto.switches - before
+
+
+def test_a_long_visit_does_not_make_later_dips_re_open(monkeypatch):
+    """Grid c248_s20_2026-12-07o: after the c = 2 run the 2-3 bucket still drafted, and at c = 4 each dip
+    to batch 3 re-opened the batch (34 switches). Visits are averaged geometrically, so the one long c = 2
+    visit stops pricing re-opens as free after a few short ones (9 of 100 dips re-open, 17 switches in
+    all); averaged arithmetically (the earlier rule), 28 dips re-open and the run switches 55 times."""
+    from types import SimpleNamespace
+
+    from sglang_ssd.target import auto_k as mod
+
+    switches = c2_then_c4(AutoK(2))
+    assert switches <= 24, switches  # (the first measurements at batch 4 and its explorations included)
+    arithmetic = SimpleNamespace(**{n: getattr(math, n) for n in dir(math) if not n.startswith("_")})
+    arithmetic.log = arithmetic.exp = lambda x: x
+    monkeypatch.setattr(mod, "math", arithmetic)
+    assert c2_then_c4(AutoK(2)) > 40

@@ -217,3 +217,8 @@ def test_the_data_flags_name_the_parts_loaded(monkeypatch):
     draft_train.load_records(draft_train.parse_args(["--target", "t", "--out", "o.safetensors", "--parts", "1",
                                                      "--route", "hf"]))  # fmt: skip
     assert [(s.source, s.part, s.route) for s in loaded] == [("templates", 0, "hf")]
+    # The second template family has its own source, so its own cache and answer store.
+    loaded.clear()
+    draft_train.load_records(draft_train.parse_args(["--target", "t", "--out", "o.safetensors", "--parts", "0",
+                                                     "--templates-b-parts", "0-1"]))  # fmt: skip
+    assert [(s.source, s.part, s.route) for s in loaded] == [("templates-b", 0, "server"), ("templates-b", 1, "server")]
