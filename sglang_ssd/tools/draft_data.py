@@ -45,10 +45,9 @@ SOURCES = tuple(PREFIXES)
 def source_prompts(spec: DataSpec) -> list[str]:
     """The n_greedy + n_sampled prompt texts of ``spec``'s part, from one fixed stream per source."""
     n = spec.n_greedy + spec.n_sampled
-    if spec.source == "templates":
-        return [p for _, p in training_prompts(n * (spec.part + 1), seed=spec.seed)[n * spec.part:]]
-    if spec.source == "templates-b":
-        return [p for _, p in training_prompts_b(n * (spec.part + 1), seed=spec.seed)[n * spec.part:]]
+    family = {"templates": training_prompts, "templates-b": training_prompts_b}.get(spec.source)
+    if family is not None:
+        return [p for _, p in family(n * (spec.part + 1), seed=spec.seed)[n * spec.part:]]
     from sglang_ssd.sharegpt import load_sharegpt
 
     stream = load_sharegpt(SHAREGPT_PARTS[spec.source])

@@ -168,31 +168,39 @@ def _fill(kind: str, template: str, rng: random.Random) -> str:
     return template.format(**values)
 
 
-def training_prompts(n: int, seed: int = 0) -> list[tuple[str, str]]:
-    """`n` distinct (kind, prompt) pairs, kinds in rotation chat/math/code/opinion; deterministic in seed."""
+def _draw(n: int, seed: int, fill, rejected, max_misses: int, family: str) -> list[tuple[str, str]]:
+    """`n` distinct (kind, prompt) pairs, kinds in rotation chat/math/code/opinion, ``fill(kind, rng)`` drawing
+    each prompt and ``rejected(prompt)`` skipping some; a kind that misses ``max_misses`` times (its
+    combinations used up) drops out. Deterministic in seed."""
     if n <= 0:
         raise ValueError(f"n must be positive, got {n}")
     rng = random.Random(seed)
-    templates = {"chat": _CHAT_TEMPLATES, "math": _MATH_TEMPLATES, "code": _CODE_TEMPLATES,
-                 "opinion": _OPINION_TEMPLATES}
-    held = {p for _, p in HELD_OUT}
     out: list[tuple[str, str]] = []
     seen: set[str] = set()
     misses = dict.fromkeys(KINDS, 0)
     turn = 0
     while len(out) < n:
-        live = [k for k in KINDS if misses[k] < 500]  # a kind whose combinations are used up drops out
+        live = [k for k in KINDS if misses[k] < max_misses]
         if not live:
-            raise ValueError(f"cannot build {n} distinct prompts from the templates")
+            raise ValueError(f"cannot build {n} distinct prompts from the {family}")
         kind = live[turn % len(live)]
-        prompt = _fill(kind, rng.choice(templates[kind]), rng)
-        if prompt in seen or prompt in held:
+        prompt = fill(kind, rng)
+        if prompt in seen or rejected(prompt):
             misses[kind] += 1
             continue
         turn += 1
         seen.add(prompt)
         out.append((kind, prompt))
     return out
+
+
+def training_prompts(n: int, seed: int = 0) -> list[tuple[str, str]]:
+    """`n` distinct (kind, prompt) pairs of the first family, never a hand-written one; deterministic in seed."""
+    templates = {"chat": _CHAT_TEMPLATES, "math": _MATH_TEMPLATES, "code": _CODE_TEMPLATES,
+                 "opinion": _OPINION_TEMPLATES}
+    held = {p for _, p in HELD_OUT}
+    return _draw(n, seed, lambda kind, rng: _fill(kind, rng.choice(templates[kind]), rng), held.__contains__, 500,
+                 "templates")
 
 
 # Hand-written, never produced by the templates above (checked in held_out_prompts()).
@@ -455,24 +463,10 @@ def _evaluation_runs() -> set[tuple[str, ...]]:
 def training_prompts_b(n: int, seed: int = 0) -> list[tuple[str, str]]:
     """`n` distinct (kind, prompt) pairs of the second family, kinds in rotation; deterministic in seed.
     A prompt that shares a six-word run with a held-out or prompt-set prompt is skipped."""
-    if n <= 0:
-        raise ValueError(f"n must be positive, got {n}")
-    rng = random.Random(seed)
     banned = _evaluation_runs()
-    out: list[tuple[str, str]] = []
-    seen: set[str] = set()
-    misses = dict.fromkeys(KINDS, 0)
-    turn = 0
-    while len(out) < n:
-        live = [k for k in KINDS if misses[k] < 2000]
-        if not live:
-            raise ValueError(f"cannot build {n} distinct prompts from the second template family")
-        kind = live[turn % len(live)]
-        prompt = _fill_b(kind, rng.choice(_B_TEMPLATES[kind]), rng) + rng.choice(_B_SUFFIXES[kind])
-        if prompt in seen or _six_word_runs(prompt) & banned:
-            misses[kind] += 1
-            continue
-        turn += 1
-        seen.add(prompt)
-        out.append((kind, prompt))
-    return out
+
+    def fill(kind: str, rng: random.Random) -> str:
+        return _fill_b(kind, rng.choice(_B_TEMPLATES[kind]), rng) + rng.choice(_B_SUFFIXES[kind])
+
+    return _draw(n, seed, fill, lambda prompt: bool(_six_word_runs(prompt) & banned), 2000,
+                 "second template family")
